@@ -1,0 +1,43 @@
+//! The one place weir encodes values to bytes: bincode 2.0.1 over serde.
+//!
+//! Everything that serializes records or state goes through [`encode`] / [`decode`],
+//! so the format can change in one module (see docs/decisions/0002-bincode-codec.md).
+
+use crate::error::{Error, Result};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard()
+}
+
+/// Encodes a value.
+///
+/// ```
+/// let bytes = weir_core::codec::encode(&(1u32, "a".to_string())).unwrap();
+/// let back: (u32, String) = weir_core::codec::decode(&bytes).unwrap();
+/// assert_eq!(back, (1, "a".to_string()));
+/// ```
+pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
+    bincode::serde::encode_to_vec(value, config()).map_err(|e| Error::Codec(e.to_string()))
+}
+
+/// Appends the encoding of a value to `buf`.
+pub fn encode_into<T: Serialize + ?Sized>(value: &T, buf: &mut Vec<u8>) -> Result<()> {
+    let bytes = encode(value)?;
+    buf.extend_from_slice(&bytes);
+    Ok(())
+}
+
+/// Decodes a value; trailing bytes are an error.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    let (v, used) = bincode::serde::decode_from_slice(bytes, config())
+        .map_err(|e| Error::Codec(e.to_string()))?;
+    if used != bytes.len() {
+        return Err(Error::Codec(format!(
+            "{} trailing bytes after value",
+            bytes.len() - used
+        )));
+    }
+    Ok(v)
+}

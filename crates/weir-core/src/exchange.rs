@@ -1,0 +1,360 @@
+//! Data exchange between subtasks in one process: typed bounded channels of record
+//! batches, the partitioners that pick a channel, and the input gates that read them.
+//!
+//! Owns [`Msg`], [`Partitioning`], [`ChannelWriter`] and [`InputGate`]. The runtime sees
+//! these only through the type-erased [`Exchange`] trait, created by the DSL where the
+//! element type is known. Bounded channels are the backpressure: a full channel blocks
+//! the writer.
+
+use crate::data::{Data, key_hash, subtask_for_key_group};
+use crate::error::{Error, Result};
+use crate::output::{Control, Output};
+use crate::time::Timestamp;
+use crossbeam_channel::{Receiver, SelectedOperation, Sender};
+use std::any::Any;
+use std::cell::RefCell;
+use std::sync::Arc;
+
+/// What travels on a channel between two subtasks.
+#[derive(Debug)]
+pub enum Msg<T> {
+    /// A batch of records with their timestamps.
+    Batch(Vec<(T, Timestamp)>),
+    /// The sender's watermark advanced.
+    Watermark(Timestamp),
+    /// The sender became idle (true) or active (false).
+    Idle(bool),
+    /// The sender has no more data.
+    End,
+}
+
+/// How records are distributed from the subtasks of one operator to the next.
+pub enum Partitioning<T> {
+    /// Subtask i sends to subtask i (equal parallelism); chained when possible.
+    Forward,
+    /// Round-robin over all downstream subtasks.
+    Rebalance,
+    /// Every record to every downstream subtask.
+    Broadcast,
+    /// By key group of the key whose stable hash the function returns.
+    Hash(Arc<dyn Fn(&T) -> u64 + Send + Sync>),
+}
+
+impl<T> Clone for Partitioning<T> {
+    fn clone(&self) -> Self {
+        match self {
+            Partitioning::Forward => Partitioning::Forward,
+            Partitioning::Rebalance => Partitioning::Rebalance,
+            Partitioning::Broadcast => Partitioning::Broadcast,
+            Partitioning::Hash(f) => Partitioning::Hash(f.clone()),
+        }
+    }
+}
+
+/// The kind of a partitioning, without its types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionKind {
+    /// See [`Partitioning::Forward`].
+    Forward,
+    /// See [`Partitioning::Rebalance`].
+    Rebalance,
+    /// See [`Partitioning::Broadcast`].
+    Broadcast,
+    /// See [`Partitioning::Hash`].
+    Hash,
+}
+
+/// Sizes of the exchange, set per job.
+#[derive(Debug, Clone, Copy)]
+pub struct ExchangeConfig {
+    /// Records per batch before a batch is sent.
+    pub batch_size: usize,
+    /// Batches a channel holds before the writer blocks.
+    pub channel_capacity: usize,
+    /// A partly filled batch is sent after this many milliseconds.
+    pub flush_interval_ms: i64,
+    /// Number of key groups.
+    pub max_parallelism: usize,
+}
+
+/// One producer's writers and one consumer's readers, type-erased for the runtime.
+pub struct ChannelSet {
+    /// Per producer subtask: its writer, a `Box<dyn Output<T> + Send>` in a `Box<dyn Any + Send>`.
+    pub writers: Vec<Box<dyn Any + Send>>,
+    /// Per consumer subtask: its receivers (one per connected producer), type-erased.
+    pub readers: Vec<Box<dyn Any + Send>>,
+}
+
+/// The type-erased face of one edge of the graph, created where its element type is known.
+pub trait Exchange: Send + Sync {
+    /// The partitioning kind.
+    fn kind(&self) -> PartitionKind;
+    /// Creates the channels between `producers` and `consumers` subtasks.
+    fn channels(&self, producers: usize, consumers: usize, cfg: ExchangeConfig) -> ChannelSet;
+    /// Binds a consumer's receivers to the operator input (`Box<dyn Output<T>>` in a
+    /// `Box<dyn Any>`) it feeds.
+    fn bind(&self, readers: Box<dyn Any + Send>, input: Box<dyn Any>)
+    -> Result<Box<dyn InputGate>>;
+}
+
+/// A typed edge.
+pub struct TypedExchange<T> {
+    /// The partitioning of the edge.
+    pub partitioning: Partitioning<T>,
+}
+
+impl<T: Data> Exchange for TypedExchange<T> {
+    fn kind(&self) -> PartitionKind {
+        match self.partitioning {
+            Partitioning::Forward => PartitionKind::Forward,
+            Partitioning::Rebalance => PartitionKind::Rebalance,
+            Partitioning::Broadcast => PartitionKind::Broadcast,
+            Partitioning::Hash(_) => PartitionKind::Hash,
+        }
+    }
+
+    fn channels(&self, producers: usize, consumers: usize, cfg: ExchangeConfig) -> ChannelSet {
+        let forward = matches!(self.partitioning, Partitioning::Forward) && producers == consumers;
+        let mut senders: Vec<Vec<Sender<Msg<T>>>> = (0..producers).map(|_| Vec::new()).collect();
+        let mut receivers: Vec<Vec<Receiver<Msg<T>>>> =
+            (0..consumers).map(|_| Vec::new()).collect();
+        for (p, row) in senders.iter_mut().enumerate() {
+            for (c, rx) in receivers.iter_mut().enumerate() {
+                if forward && p != c {
+                    continue;
+                }
+                let (s, r) = crossbeam_channel::bounded(cfg.channel_capacity);
+                row.push(s);
+                rx.push(r);
+            }
+        }
+        let partitioning = if forward {
+            Partitioning::Forward
+        } else if matches!(self.partitioning, Partitioning::Forward) {
+            Partitioning::Rebalance
+        } else {
+            self.partitioning.clone()
+        };
+        let writers = senders
+            .into_iter()
+            .enumerate()
+            .map(|(p, s)| {
+                let w: Box<dyn Output<T> + Send> =
+                    Box::new(ChannelWriter::new(s, partitioning.clone(), cfg, p));
+                Box::new(w) as Box<dyn Any + Send>
+            })
+            .collect();
+        let readers = receivers
+            .into_iter()
+            .map(|r| Box::new(r) as Box<dyn Any + Send>)
+            .collect();
+        ChannelSet { writers, readers }
+    }
+
+    fn bind(
+        &self,
+        readers: Box<dyn Any + Send>,
+        input: Box<dyn Any>,
+    ) -> Result<Box<dyn InputGate>> {
+        let receivers = *readers
+            .downcast::<Vec<Receiver<Msg<T>>>>()
+            .map_err(|_| Error::Config("internal: receiver type mismatch".into()))?;
+        let input = *input
+            .downcast::<Box<dyn Output<T>>>()
+            .map_err(|_| Error::Config("internal: operator input type mismatch".into()))?;
+        Ok(Box::new(TypedGate {
+            receivers,
+            input: RefCell::new(input),
+        }))
+    }
+}
+
+/// Writes records into the channels of one producer subtask, batching per target.
+pub struct ChannelWriter<T> {
+    senders: Vec<Sender<Msg<T>>>,
+    buffers: Vec<Vec<(T, Timestamp)>>,
+    partitioning: Partitioning<T>,
+    cfg: ExchangeConfig,
+    next: usize,
+    last_flush_ms: i64,
+}
+
+impl<T: Data> ChannelWriter<T> {
+    fn new(
+        senders: Vec<Sender<Msg<T>>>,
+        partitioning: Partitioning<T>,
+        cfg: ExchangeConfig,
+        producer: usize,
+    ) -> Self {
+        let n = senders.len();
+        ChannelWriter {
+            buffers: (0..n).map(|_| Vec::with_capacity(cfg.batch_size)).collect(),
+            senders,
+            partitioning,
+            cfg,
+            next: producer % n.max(1),
+            last_flush_ms: 0,
+        }
+    }
+
+    fn send(&self, target: usize, msg: Msg<T>) -> Result<()> {
+        self.senders[target]
+            .send(msg)
+            .map_err(|_| Error::ChannelClosed("downstream subtask stopped".into()))
+    }
+
+    fn flush(&mut self, target: usize) -> Result<()> {
+        if self.buffers[target].is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::replace(
+            &mut self.buffers[target],
+            Vec::with_capacity(self.cfg.batch_size),
+        );
+        self.send(target, Msg::Batch(batch))
+    }
+
+    fn flush_all(&mut self) -> Result<()> {
+        for t in 0..self.senders.len() {
+            self.flush(t)?;
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, target: usize, value: T, ts: Timestamp) -> Result<()> {
+        let b = &mut self.buffers[target];
+        b.push((value, ts));
+        if b.len() >= self.cfg.batch_size {
+            self.flush(target)?;
+        }
+        Ok(())
+    }
+
+    fn broadcast_msg(&mut self, make: impl Fn() -> Msg<T>) -> Result<()> {
+        self.flush_all()?;
+        for t in 0..self.senders.len() {
+            self.send(t, make())?;
+        }
+        Ok(())
+    }
+}
+
+impl<T: Data> Output<T> for ChannelWriter<T> {
+    #[inline]
+    fn record(&mut self, value: T, ts: Timestamp) -> Result<()> {
+        match &self.partitioning {
+            Partitioning::Forward => self.push(0, value, ts),
+            Partitioning::Rebalance => {
+                let t = self.next;
+                self.next = (t + 1) % self.senders.len();
+                self.push(t, value, ts)
+            }
+            Partitioning::Broadcast => {
+                let n = self.senders.len();
+                for t in 0..n - 1 {
+                    self.push(t, value.clone(), ts)?;
+                }
+                self.push(n - 1, value, ts)
+            }
+            Partitioning::Hash(f) => {
+                let kg = (f(&value) % self.cfg.max_parallelism as u64) as u32;
+                let t = subtask_for_key_group(
+                    crate::ids::KeyGroup(kg),
+                    self.cfg.max_parallelism,
+                    self.senders.len(),
+                );
+                self.push(t, value, ts)
+            }
+        }
+    }
+
+    fn control(&mut self, event: Control) -> Result<()> {
+        match event {
+            Control::Watermark(w) => self.broadcast_msg(|| Msg::Watermark(w)),
+            Control::Idle(i) => self.broadcast_msg(|| Msg::Idle(i)),
+            Control::End => self.broadcast_msg(|| Msg::End),
+            Control::Tick(now) => {
+                if now - self.last_flush_ms >= self.cfg.flush_interval_ms {
+                    self.last_flush_ms = now;
+                    self.flush_all()?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Helper for DSL code: the hash partitioner of a key extractor.
+pub fn hash_partitioner<T: 'static, K: std::hash::Hash + 'static>(
+    key_fn: Arc<dyn Fn(&T) -> K + Send + Sync>,
+) -> Arc<dyn Fn(&T) -> u64 + Send + Sync> {
+    Arc::new(move |v: &T| key_hash(&key_fn(v)))
+}
+
+/// What reading one message from a channel produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateEvent {
+    /// A batch of this many records was delivered to the operator.
+    Records(usize),
+    /// A watermark arrived.
+    Watermark(Timestamp),
+    /// The channel became idle or active.
+    Idle(bool),
+    /// The channel ended.
+    End,
+    /// The sender disappeared without ending (it failed).
+    Disconnected,
+}
+
+/// The consumer side of one logical input of a subtask: its channels and the operator
+/// input they feed. Methods take `&self` so a select can borrow the receivers.
+pub trait InputGate {
+    /// Number of channels.
+    fn len(&self) -> usize;
+    /// True when the gate has no channel.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Adds channel `ch`'s receiver to a select; returns the select index.
+    fn select<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>, ch: usize) -> usize;
+    /// Completes a selected receive on channel `ch` and delivers its records.
+    fn complete(&self, ch: usize, op: SelectedOperation<'_>) -> Result<GateEvent>;
+    /// Sends a control event into the operator input (single-input operators only).
+    fn control(&self, event: Control) -> Result<()>;
+}
+
+struct TypedGate<T> {
+    receivers: Vec<Receiver<Msg<T>>>,
+    input: RefCell<Box<dyn Output<T>>>,
+}
+
+impl<T: Data> InputGate for TypedGate<T> {
+    fn len(&self) -> usize {
+        self.receivers.len()
+    }
+
+    fn select<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>, ch: usize) -> usize {
+        sel.recv(&self.receivers[ch])
+    }
+
+    fn complete(&self, ch: usize, op: SelectedOperation<'_>) -> Result<GateEvent> {
+        match op.recv(&self.receivers[ch]) {
+            Ok(Msg::Batch(batch)) => {
+                let n = batch.len();
+                let mut input = self.input.borrow_mut();
+                for (v, ts) in batch {
+                    input.record(v, ts)?;
+                }
+                Ok(GateEvent::Records(n))
+            }
+            Ok(Msg::Watermark(w)) => Ok(GateEvent::Watermark(w)),
+            Ok(Msg::Idle(i)) => Ok(GateEvent::Idle(i)),
+            Ok(Msg::End) => Ok(GateEvent::End),
+            Err(_) => Ok(GateEvent::Disconnected),
+        }
+    }
+
+    fn control(&self, event: Control) -> Result<()> {
+        self.input.borrow_mut().control(event)
+    }
+}

@@ -1,0 +1,45 @@
+//! weir-core: the vocabulary of weir.
+//!
+//! The typed DSL ([`dsl`]), the logical graph ([`graph`]), operators ([`ops`], [`window`]),
+//! keyed state handles ([`state`]), event time ([`time`], [`watermark`], [`timer`]) and the
+//! in-process data exchange ([`exchange`]). No async runtime, no RocksDB, no Kafka here:
+//! the runtime crate executes what this crate describes.
+#![deny(missing_docs)]
+
+pub mod codec;
+pub mod data;
+pub mod dsl;
+pub mod error;
+pub mod exchange;
+pub mod graph;
+pub mod ids;
+pub mod ops;
+pub mod output;
+pub mod state;
+pub mod time;
+pub mod timer;
+pub mod watermark;
+pub mod window;
+
+pub use error::{Error, Result};
+
+/// Everything a pipeline author needs, in one import.
+pub mod prelude {
+    pub use crate::data::{Data, Key};
+    pub use crate::dsl::{
+        ConnectedStreams, GeneratorSource, JoinedStreams, KeyedConnectedStreams, KeyedStream,
+        OutputTag, Pipeline, SourceContext, SourceFunction, SourceOutput, Stream, WindowedJoin,
+        WindowedStream,
+    };
+    pub use crate::error::{Error, Result};
+    pub use crate::graph::SourceStatus;
+    pub use crate::ops::co::{CoContext, CoProcessFunction};
+    pub use crate::ops::keyed::{AggregateFunction, Count, KeyedContext, KeyedProcessFunction};
+    pub use crate::ops::sink::{Collected, SinkContext, SinkFunction};
+    pub use crate::output::Collector;
+    pub use crate::state::{ListState, MapState, StateContext, ValueState};
+    pub use crate::time::{MAX_WATERMARK, MIN_WATERMARK, NO_TIMESTAMP, Timestamp};
+    pub use crate::timer::TimeDomain;
+    pub use crate::watermark::WatermarkStrategy;
+    pub use crate::window::{TimeWindow, WindowAssigner};
+}

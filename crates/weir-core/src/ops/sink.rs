@@ -1,0 +1,234 @@
+//! Sinks: the operator that runs a [`SinkFunction`], and the built-in sinks (collect,
+//! print, plain text files, discard).
+
+use super::{OpInfo, guard};
+use crate::error::{Error, Result};
+use crate::output::{Control, Output};
+use crate::time::Timestamp;
+use std::fmt::Debug;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Which subtask a sink instance is.
+#[derive(Debug, Clone, Copy)]
+pub struct SinkContext {
+    /// This subtask's index.
+    pub subtask: usize,
+    /// The sink's parallelism.
+    pub parallelism: usize,
+}
+
+/// Writes records somewhere. One instance per subtask, created on its thread.
+///
+/// ```
+/// use weir_core::ops::sink::{SinkContext, SinkFunction};
+/// struct Sum(i64);
+/// impl SinkFunction<i64> for Sum {
+///     fn invoke(&mut self, v: i64, _ts: i64) -> weir_core::Result<()> { self.0 += v; Ok(()) }
+/// }
+/// let mut s = Sum(0);
+/// s.invoke(2, 0).unwrap();
+/// assert_eq!(s.0, 2);
+/// ```
+pub trait SinkFunction<T>: 'static {
+    /// Called once before the first record.
+    fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+        let _ = ctx;
+        Ok(())
+    }
+    /// Called for each record with its timestamp.
+    fn invoke(&mut self, value: T, ts: Timestamp) -> Result<()>;
+    /// Called once at the end of input (flush here).
+    fn finish(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs a [`SinkFunction`] as the last operator of a chain.
+pub struct SinkOp<T, S> {
+    pub(crate) sink: S,
+    pub(crate) info: OpInfo,
+    pub(crate) _p: std::marker::PhantomData<fn(T)>,
+}
+
+impl<T, S: SinkFunction<T>> SinkOp<T, S> {
+    /// Opens the sink.
+    pub fn new(mut sink: S, info: OpInfo) -> Result<Self> {
+        let ctx = SinkContext {
+            subtask: info.subtask,
+            parallelism: info.parallelism,
+        };
+        guard(&info, || sink.open(&ctx))?;
+        Ok(SinkOp {
+            sink,
+            info,
+            _p: std::marker::PhantomData,
+        })
+    }
+}
+
+impl<T, S: SinkFunction<T>> Output<T> for SinkOp<T, S> {
+    #[inline]
+    fn record(&mut self, value: T, ts: Timestamp) -> Result<()> {
+        let s = &mut self.sink;
+        guard(&self.info, || s.invoke(value, ts))
+    }
+    fn control(&mut self, event: Control) -> Result<()> {
+        if event == Control::End {
+            let s = &mut self.sink;
+            guard(&self.info, || s.finish())?;
+        }
+        Ok(())
+    }
+}
+
+/// The records a collect sink gathered, readable after the job ends.
+///
+/// Subtasks hand over their records when their input ends; the order across subtasks is
+/// not defined, so tests sort before comparing.
+pub struct Collected<T> {
+    inner: Arc<Mutex<Vec<T>>>,
+}
+
+impl<T> Clone for Collected<T> {
+    fn clone(&self) -> Self {
+        Collected {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<T> Default for Collected<T> {
+    fn default() -> Self {
+        Collected {
+            inner: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+}
+
+impl<T: Clone> Collected<T> {
+    /// A copy of everything collected so far.
+    pub fn values(&self) -> Vec<T> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    /// Everything collected so far, sorted.
+    pub fn sorted(&self) -> Vec<T>
+    where
+        T: Ord,
+    {
+        let mut v = self.values();
+        v.sort();
+        v
+    }
+    /// Takes everything collected so far out.
+    pub fn take(&self) -> Vec<T> {
+        std::mem::take(&mut *self.inner.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+    /// Number of records collected.
+    pub fn len(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+    /// True when nothing was collected.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Gathers records into a [`Collected`] handle (for tests and small results).
+pub struct CollectSink<T> {
+    pub(crate) target: Collected<T>,
+    pub(crate) buf: Vec<T>,
+}
+
+impl<T: Send + 'static> SinkFunction<T> for CollectSink<T> {
+    fn invoke(&mut self, value: T, _ts: Timestamp) -> Result<()> {
+        self.buf.push(value);
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<()> {
+        self.target
+            .inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .append(&mut self.buf);
+        Ok(())
+    }
+}
+
+/// Prints records to standard output, prefixed with the subtask when parallel.
+pub struct PrintSink {
+    pub(crate) prefix: String,
+}
+
+impl<T: Debug> SinkFunction<T> for PrintSink {
+    fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+        if ctx.parallelism > 1 {
+            self.prefix = format!("{}{}> ", self.prefix, ctx.subtask + 1);
+        }
+        Ok(())
+    }
+    fn invoke(&mut self, value: T, _ts: Timestamp) -> Result<()> {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}{:?}", self.prefix, value).map_err(|e| Error::io("standard output", e))
+    }
+}
+
+/// Writes one line per record to `dir/part-<subtask>` (a plain, non-transactional file).
+pub struct TextFileSink<T> {
+    pub(crate) dir: PathBuf,
+    pub(crate) format: Arc<dyn Fn(&T) -> String + Send + Sync>,
+    pub(crate) file: Option<(PathBuf, std::io::BufWriter<std::fs::File>)>,
+}
+
+impl<T> TextFileSink<T> {
+    /// The file a subtask writes.
+    pub fn part_path(dir: &Path, subtask: usize) -> PathBuf {
+        dir.join(format!("part-{subtask}"))
+    }
+}
+
+impl<T: 'static> SinkFunction<T> for TextFileSink<T> {
+    fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| Error::io(self.dir.display(), e))?;
+        let path = Self::part_path(&self.dir, ctx.subtask);
+        let f = std::fs::File::create(&path).map_err(|e| Error::io(path.display(), e))?;
+        self.file = Some((path, std::io::BufWriter::new(f)));
+        Ok(())
+    }
+    fn invoke(&mut self, value: T, _ts: Timestamp) -> Result<()> {
+        let line = (self.format)(&value);
+        let (path, f) = self.file.as_mut().expect("opened");
+        writeln!(f, "{line}").map_err(|e| Error::io(path.display(), e))
+    }
+    fn finish(&mut self) -> Result<()> {
+        if let Some((path, f)) = self.file.as_mut() {
+            f.flush().map_err(|e| Error::io(path.display(), e))?;
+            f.get_ref()
+                .sync_all()
+                .map_err(|e| Error::io(path.display(), e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Drops every record.
+pub struct DiscardSink;
+
+impl<T> SinkFunction<T> for DiscardSink {
+    #[inline]
+    fn invoke(&mut self, _value: T, _ts: Timestamp) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs a closure on every record (e.g. to count or check results).
+pub struct FnSink<T> {
+    pub(crate) f: Box<dyn FnMut(T, Timestamp) -> Result<()>>,
+}
+
+impl<T: 'static> SinkFunction<T> for FnSink<T> {
+    fn invoke(&mut self, value: T, ts: Timestamp) -> Result<()> {
+        (self.f)(value, ts)
+    }
+}

@@ -1,0 +1,138 @@
+//! How elements move from one operator to the next inside a task.
+//!
+//! Owns [`Output`] (the downstream side of an operator: records and control events),
+//! [`Control`] (watermarks, end of input, processing-time ticks), [`FanOut`] and
+//! [`Collector`] (the buffer user functions emit into). It must not know about threads,
+//! channels or state backends.
+
+use crate::error::Result;
+use crate::time::Timestamp;
+
+/// A control event that flows through a chain of operators in order with the records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// Event time has advanced to this watermark on every input.
+    Watermark(Timestamp),
+    /// Every input is idle (no records, no watermark progress) or active again.
+    Idle(bool),
+    /// Wall-clock processing time, in milliseconds since the Unix epoch. Sent often;
+    /// operators fire processing-time timers and flush timed buffers on it.
+    Tick(i64),
+    /// No more input will arrive. Sent once, after the final watermark.
+    End,
+}
+
+/// The downstream side of an operator: it receives records and control events.
+///
+/// A chained operator, a channel writer and a sink all implement this.
+pub trait Output<T> {
+    /// Takes one record with its event timestamp ([`crate::time::NO_TIMESTAMP`] if none).
+    fn record(&mut self, value: T, ts: Timestamp) -> Result<()>;
+    /// Takes a control event; implementations forward it downstream after handling it.
+    fn control(&mut self, event: Control) -> Result<()>;
+}
+
+impl<T, O: Output<T> + ?Sized> Output<T> for Box<O> {
+    fn record(&mut self, value: T, ts: Timestamp) -> Result<()> {
+        (**self).record(value, ts)
+    }
+    fn control(&mut self, event: Control) -> Result<()> {
+        (**self).control(event)
+    }
+}
+
+/// Sends every element to several outputs (a stream consumed by more than one operator).
+pub struct FanOut<T> {
+    outputs: Vec<Box<dyn Output<T>>>,
+}
+
+impl<T> FanOut<T> {
+    /// Builds a fan-out over the given outputs.
+    pub fn new(outputs: Vec<Box<dyn Output<T>>>) -> Self {
+        FanOut { outputs }
+    }
+}
+
+impl<T: Clone> Output<T> for FanOut<T> {
+    fn record(&mut self, value: T, ts: Timestamp) -> Result<()> {
+        if let Some((last, rest)) = self.outputs.split_last_mut() {
+            for o in rest {
+                o.record(value.clone(), ts)?;
+            }
+            last.record(value, ts)?;
+        }
+        Ok(())
+    }
+    fn control(&mut self, event: Control) -> Result<()> {
+        for o in &mut self.outputs {
+            o.control(event)?;
+        }
+        Ok(())
+    }
+}
+
+/// Drops every record; forwards nothing. Used for outputs nobody consumes.
+pub struct Discard;
+
+impl<T> Output<T> for Discard {
+    fn record(&mut self, _value: T, _ts: Timestamp) -> Result<()> {
+        Ok(())
+    }
+    fn control(&mut self, _event: Control) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Where a user function emits its results. Records are buffered and handed downstream
+/// after the function returns, so emitting never fails inside user code.
+///
+/// ```
+/// use weir_core::output::Collector;
+/// let mut out = Collector::new();
+/// out.emit(1);
+/// out.emit_at(2, 100);
+/// assert_eq!(out.len(), 2);
+/// ```
+pub struct Collector<T> {
+    buf: Vec<(T, Option<Timestamp>)>,
+}
+
+impl<T> Default for Collector<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> Collector<T> {
+    /// An empty collector.
+    pub fn new() -> Self {
+        Collector { buf: Vec::new() }
+    }
+    /// Emits a record with the timestamp of the input that caused it.
+    pub fn emit(&mut self, value: T) {
+        self.buf.push((value, None));
+    }
+    /// Emits a record with an explicit event timestamp.
+    pub fn emit_at(&mut self, value: T, ts: Timestamp) {
+        self.buf.push((value, Some(ts)));
+    }
+    /// Number of records emitted and not yet handed downstream.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+    /// True when nothing is buffered.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+    /// Hands the buffered records to `out`; records without a timestamp get `default_ts`.
+    pub fn drain_into(&mut self, out: &mut dyn Output<T>, default_ts: Timestamp) -> Result<()> {
+        for (v, ts) in self.buf.drain(..) {
+            out.record(v, ts.unwrap_or(default_ts))?;
+        }
+        Ok(())
+    }
+    /// Takes the buffered records out (for tests and adapters).
+    pub fn take(&mut self) -> Vec<(T, Option<Timestamp>)> {
+        std::mem::take(&mut self.buf)
+    }
+}

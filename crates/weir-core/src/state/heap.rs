@@ -1,0 +1,188 @@
+//! Typed heap tables: the in-memory representation of keyed state.
+//!
+//! Owns the hash maps and the handle implementations over them; knows nothing of
+//! backends beyond [`super::StateTableInfo`].
+
+use super::{KeyContext, ListAccess, MapAccess, StateTableInfo, ValueAccess};
+use crate::data::{Data, Key};
+use crate::error::Result;
+use rustc_hash::FxHashMap;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+/// A table of one value per state key.
+pub struct HeapValueTable<SK, V> {
+    /// The entries.
+    pub map: FxHashMap<SK, V>,
+}
+
+impl<SK, V> Default for HeapValueTable<SK, V> {
+    fn default() -> Self {
+        HeapValueTable {
+            map: FxHashMap::default(),
+        }
+    }
+}
+
+/// A table of one list per key.
+pub struct HeapListTable<K, V> {
+    /// The entries.
+    pub map: FxHashMap<K, Vec<V>>,
+}
+
+impl<K, V> Default for HeapListTable<K, V> {
+    fn default() -> Self {
+        HeapListTable {
+            map: FxHashMap::default(),
+        }
+    }
+}
+
+/// A table of one sorted map per key.
+pub struct HeapMapTable<K, UK, UV> {
+    /// The entries.
+    pub map: FxHashMap<K, BTreeMap<UK, UV>>,
+}
+
+impl<K, UK, UV> Default for HeapMapTable<K, UK, UV> {
+    fn default() -> Self {
+        HeapMapTable {
+            map: FxHashMap::default(),
+        }
+    }
+}
+
+pub(super) struct Info<T>(pub(super) Rc<RefCell<T>>);
+
+impl<SK, V> StateTableInfo for Info<HeapValueTable<SK, V>> {
+    fn entries(&self) -> usize {
+        self.0.borrow().map.len()
+    }
+}
+impl<K, V> StateTableInfo for Info<HeapListTable<K, V>> {
+    fn entries(&self) -> usize {
+        self.0.borrow().map.len()
+    }
+}
+impl<K, UK, UV> StateTableInfo for Info<HeapMapTable<K, UK, UV>> {
+    fn entries(&self) -> usize {
+        self.0.borrow().map.len()
+    }
+}
+
+pub(super) struct HeapValue<K, V> {
+    pub(super) key: Rc<KeyContext<K>>,
+    pub(super) table: Rc<RefCell<HeapValueTable<K, V>>>,
+}
+
+impl<K: Key, V: Data> ValueAccess<V> for HeapValue<K, V> {
+    fn get(&self) -> Result<Option<V>> {
+        let t = self.table.borrow();
+        Ok(self.key.with(|k| t.map.get(k).cloned()))
+    }
+    fn set(&mut self, value: V) -> Result<()> {
+        let mut t = self.table.borrow_mut();
+        self.key.with(|k| match t.map.get_mut(k) {
+            Some(slot) => *slot = value,
+            None => {
+                t.map.insert(k.clone(), value);
+            }
+        });
+        Ok(())
+    }
+    fn clear(&mut self) -> Result<()> {
+        let mut t = self.table.borrow_mut();
+        self.key.with(|k| t.map.remove(k));
+        Ok(())
+    }
+}
+
+pub(super) struct HeapList<K, V> {
+    pub(super) key: Rc<KeyContext<K>>,
+    pub(super) table: Rc<RefCell<HeapListTable<K, V>>>,
+}
+
+impl<K: Key, V: Data> ListAccess<V> for HeapList<K, V> {
+    fn get(&self) -> Result<Vec<V>> {
+        let t = self.table.borrow();
+        Ok(self.key.with(|k| t.map.get(k).cloned().unwrap_or_default()))
+    }
+    fn add(&mut self, value: V) -> Result<()> {
+        let mut t = self.table.borrow_mut();
+        self.key.with(|k| match t.map.get_mut(k) {
+            Some(l) => l.push(value),
+            None => {
+                t.map.insert(k.clone(), vec![value]);
+            }
+        });
+        Ok(())
+    }
+    fn update(&mut self, values: Vec<V>) -> Result<()> {
+        let mut t = self.table.borrow_mut();
+        self.key.with(|k| {
+            if values.is_empty() {
+                t.map.remove(k);
+            } else {
+                t.map.insert(k.clone(), values);
+            }
+        });
+        Ok(())
+    }
+    fn clear(&mut self) -> Result<()> {
+        let mut t = self.table.borrow_mut();
+        self.key.with(|k| t.map.remove(k));
+        Ok(())
+    }
+}
+
+pub(super) struct HeapMap<K, UK, UV> {
+    pub(super) key: Rc<KeyContext<K>>,
+    pub(super) table: Rc<RefCell<HeapMapTable<K, UK, UV>>>,
+}
+
+impl<K: Key, UK: Key, UV: Data> MapAccess<UK, UV> for HeapMap<K, UK, UV> {
+    fn get(&self, uk: &UK) -> Result<Option<UV>> {
+        let t = self.table.borrow();
+        Ok(self
+            .key
+            .with(|k| t.map.get(k).and_then(|m| m.get(uk).cloned())))
+    }
+    fn put(&mut self, uk: UK, uv: UV) -> Result<()> {
+        let mut t = self.table.borrow_mut();
+        self.key.with(|k| match t.map.get_mut(k) {
+            Some(m) => {
+                m.insert(uk, uv);
+            }
+            None => {
+                t.map.insert(k.clone(), BTreeMap::from([(uk, uv)]));
+            }
+        });
+        Ok(())
+    }
+    fn remove(&mut self, uk: &UK) -> Result<Option<UV>> {
+        let mut t = self.table.borrow_mut();
+        Ok(self.key.with(|k| {
+            let m = t.map.get_mut(k)?;
+            let v = m.remove(uk);
+            if m.is_empty() {
+                t.map.remove(k);
+            }
+            v
+        }))
+    }
+    fn entries(&self) -> Result<Vec<(UK, UV)>> {
+        let t = self.table.borrow();
+        Ok(self.key.with(|k| {
+            t.map
+                .get(k)
+                .map(|m| m.iter().map(|(a, b)| (a.clone(), b.clone())).collect())
+                .unwrap_or_default()
+        }))
+    }
+    fn clear(&mut self) -> Result<()> {
+        let mut t = self.table.borrow_mut();
+        self.key.with(|k| t.map.remove(k));
+        Ok(())
+    }
+}

@@ -1,0 +1,300 @@
+//! Keyed state: the handles user functions hold ([`ValueState`], [`ListState`],
+//! [`MapState`]), the current-key context they are scoped by, and the backend trait
+//! ([`KeyedStateBackend`]) that stores them.
+//!
+//! A handle is created once (in `open`) and then always reads and writes the entry of the
+//! key currently being processed; the operator sets that key before each call. Handles are
+//! type-erased so user code never names the backend: switching a job from the in-memory
+//! backend to another backend does not change user code.
+//!
+//! This module must not do I/O; persistent backends live in `weir-state`.
+
+mod heap;
+
+pub use heap::{HeapListTable, HeapMapTable, HeapValueTable};
+
+use crate::data::{Data, Key};
+use crate::error::{Error, Result};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// The key the operator is processing right now, shared with its state handles.
+pub struct KeyContext<K> {
+    current: RefCell<Option<K>>,
+}
+
+impl<K: Key> KeyContext<K> {
+    /// A context with no current key.
+    pub fn new() -> Rc<Self> {
+        Rc::new(KeyContext {
+            current: RefCell::new(None),
+        })
+    }
+    /// Makes `key` the current key.
+    pub fn set(&self, key: K) {
+        *self.current.borrow_mut() = Some(key);
+    }
+    /// Runs `f` with the current key.
+    ///
+    /// # Panics
+    /// When no key is set: state was used outside of keyed processing (a bug in the operator).
+    pub fn with<R>(&self, f: impl FnOnce(&K) -> R) -> R {
+        let k = self.current.borrow();
+        f(k.as_ref()
+            .expect("keyed state used outside keyed processing"))
+    }
+    /// A clone of the current key.
+    pub fn get(&self) -> Option<K> {
+        self.current.borrow().clone()
+    }
+}
+
+/// What a state backend knows about a registered table, independent of its types.
+pub trait StateTableInfo {
+    /// Number of entries (keys with a value) in the table.
+    fn entries(&self) -> usize;
+}
+
+/// A keyed state backend: the store that holds an operator's keyed state tables.
+///
+/// The in-memory backend (`weir_state::MemoryBackend`) keeps typed tables on the heap.
+/// Backends are chosen per job; operators only ever see the handles.
+pub trait KeyedStateBackend {
+    /// The backend's name as users configure it (`"memory"`, ...).
+    fn name(&self) -> &'static str;
+    /// Registers a table under `name`; a name may be registered only once per operator.
+    fn register(&mut self, name: &str, table: Rc<dyn StateTableInfo>) -> Result<()>;
+    /// Total entries over all tables (a state-size metric).
+    fn entries(&self) -> usize;
+}
+
+/// Creates state handles for one keyed operator instance.
+pub struct StateContext<K> {
+    key: Rc<KeyContext<K>>,
+    backend: Box<dyn KeyedStateBackend>,
+}
+
+impl<K: Key> StateContext<K> {
+    /// A context over `backend`, scoped by `key`.
+    pub fn new(key: Rc<KeyContext<K>>, backend: Box<dyn KeyedStateBackend>) -> Self {
+        StateContext { key, backend }
+    }
+
+    /// The shared current-key context.
+    pub fn key_context(&self) -> &Rc<KeyContext<K>> {
+        &self.key
+    }
+
+    /// The backend (for metrics).
+    pub fn backend(&self) -> &dyn KeyedStateBackend {
+        &*self.backend
+    }
+
+    /// Creates a raw heap table keyed by an arbitrary state key (used by windows and joins,
+    /// whose state is keyed by key and window).
+    pub fn heap_value_table<SK: Key, V: Data>(
+        &mut self,
+        name: &str,
+    ) -> Result<Rc<RefCell<HeapValueTable<SK, V>>>> {
+        let t = Rc::new(RefCell::new(HeapValueTable::default()));
+        self.backend
+            .register(name, Rc::new(heap::Info(t.clone())))?;
+        Ok(t)
+    }
+
+    /// Creates a value state: one value per key.
+    pub fn value_state<V: Data>(&mut self, name: &str) -> Result<ValueState<V>> {
+        let table = self.heap_value_table::<K, V>(name)?;
+        Ok(ValueState {
+            inner: Box::new(heap::HeapValue {
+                key: self.key.clone(),
+                table,
+            }),
+        })
+    }
+
+    /// Creates a list state: a list of values per key.
+    pub fn list_state<V: Data>(&mut self, name: &str) -> Result<ListState<V>> {
+        let t = Rc::new(RefCell::new(HeapListTable::default()));
+        self.backend
+            .register(name, Rc::new(heap::Info(t.clone())))?;
+        Ok(ListState {
+            inner: Box::new(heap::HeapList {
+                key: self.key.clone(),
+                table: t,
+            }),
+        })
+    }
+
+    /// Creates a map state: a sorted map per key.
+    pub fn map_state<UK: Key, UV: Data>(&mut self, name: &str) -> Result<MapState<UK, UV>> {
+        let t = Rc::new(RefCell::new(HeapMapTable::default()));
+        self.backend
+            .register(name, Rc::new(heap::Info(t.clone())))?;
+        Ok(MapState {
+            inner: Box::new(heap::HeapMap {
+                key: self.key.clone(),
+                table: t,
+            }),
+        })
+    }
+}
+
+/// Access to one value per key, as the backend implements it.
+pub trait ValueAccess<V> {
+    /// The current key's value.
+    fn get(&self) -> Result<Option<V>>;
+    /// Sets the current key's value.
+    fn set(&mut self, value: V) -> Result<()>;
+    /// Removes the current key's value.
+    fn clear(&mut self) -> Result<()>;
+}
+
+/// Access to a list per key, as the backend implements it.
+pub trait ListAccess<V> {
+    /// The current key's list (empty if none).
+    fn get(&self) -> Result<Vec<V>>;
+    /// Appends to the current key's list.
+    fn add(&mut self, value: V) -> Result<()>;
+    /// Replaces the current key's list.
+    fn update(&mut self, values: Vec<V>) -> Result<()>;
+    /// Removes the current key's list.
+    fn clear(&mut self) -> Result<()>;
+}
+
+/// Access to a map per key, as the backend implements it.
+pub trait MapAccess<UK, UV> {
+    /// The value under `k` in the current key's map.
+    fn get(&self, k: &UK) -> Result<Option<UV>>;
+    /// Puts `k -> v` into the current key's map.
+    fn put(&mut self, k: UK, v: UV) -> Result<()>;
+    /// Removes `k` from the current key's map.
+    fn remove(&mut self, k: &UK) -> Result<Option<UV>>;
+    /// All entries of the current key's map, sorted by user key.
+    fn entries(&self) -> Result<Vec<(UK, UV)>>;
+    /// Removes the current key's whole map.
+    fn clear(&mut self) -> Result<()>;
+}
+
+/// One value per key, scoped to the key being processed.
+///
+/// ```
+/// use weir_core::state::{KeyContext, StateContext, ValueState};
+/// # struct NoBackend;
+/// # impl weir_core::state::KeyedStateBackend for NoBackend {
+/// #   fn name(&self) -> &'static str { "test" }
+/// #   fn register(&mut self, _: &str, _: std::rc::Rc<dyn weir_core::state::StateTableInfo>) -> weir_core::Result<()> { Ok(()) }
+/// #   fn entries(&self) -> usize { 0 }
+/// # }
+/// let key = KeyContext::<String>::new();
+/// let mut ctx = StateContext::new(key.clone(), Box::new(NoBackend));
+/// let mut sum: ValueState<i64> = ctx.value_state("sum").unwrap();
+/// key.set("alice".into());
+/// sum.set(sum.get().unwrap().unwrap_or(0) + 5).unwrap();
+/// key.set("bob".into());
+/// assert_eq!(sum.get().unwrap(), None);
+/// key.set("alice".into());
+/// assert_eq!(sum.get().unwrap(), Some(5));
+/// ```
+pub struct ValueState<V> {
+    inner: Box<dyn ValueAccess<V>>,
+}
+
+impl<V> ValueState<V> {
+    /// Wraps a backend's implementation.
+    pub fn from_access(inner: Box<dyn ValueAccess<V>>) -> Self {
+        ValueState { inner }
+    }
+    /// The current key's value.
+    pub fn get(&self) -> Result<Option<V>> {
+        self.inner.get()
+    }
+    /// Sets the current key's value.
+    pub fn set(&mut self, value: V) -> Result<()> {
+        self.inner.set(value)
+    }
+    /// Removes the current key's value.
+    pub fn clear(&mut self) -> Result<()> {
+        self.inner.clear()
+    }
+    /// Reads, transforms and writes back the current key's value.
+    pub fn update(&mut self, f: impl FnOnce(Option<V>) -> V) -> Result<V>
+    where
+        V: Clone,
+    {
+        let next = f(self.get()?);
+        self.set(next.clone())?;
+        Ok(next)
+    }
+}
+
+/// A list of values per key, scoped to the key being processed.
+pub struct ListState<V> {
+    inner: Box<dyn ListAccess<V>>,
+}
+
+impl<V> ListState<V> {
+    /// Wraps a backend's implementation.
+    pub fn from_access(inner: Box<dyn ListAccess<V>>) -> Self {
+        ListState { inner }
+    }
+    /// The current key's list (empty if none).
+    pub fn get(&self) -> Result<Vec<V>> {
+        self.inner.get()
+    }
+    /// Appends to the current key's list.
+    pub fn add(&mut self, value: V) -> Result<()> {
+        self.inner.add(value)
+    }
+    /// Replaces the current key's list.
+    pub fn update(&mut self, values: Vec<V>) -> Result<()> {
+        self.inner.update(values)
+    }
+    /// Removes the current key's list.
+    pub fn clear(&mut self) -> Result<()> {
+        self.inner.clear()
+    }
+}
+
+/// A sorted map per key, scoped to the key being processed.
+pub struct MapState<UK, UV> {
+    inner: Box<dyn MapAccess<UK, UV>>,
+}
+
+impl<UK, UV> MapState<UK, UV> {
+    /// Wraps a backend's implementation.
+    pub fn from_access(inner: Box<dyn MapAccess<UK, UV>>) -> Self {
+        MapState { inner }
+    }
+    /// The value under `k` for the current key.
+    pub fn get(&self, k: &UK) -> Result<Option<UV>> {
+        self.inner.get(k)
+    }
+    /// Puts `k -> v` for the current key.
+    pub fn put(&mut self, k: UK, v: UV) -> Result<()> {
+        self.inner.put(k, v)
+    }
+    /// Removes `k` for the current key.
+    pub fn remove(&mut self, k: &UK) -> Result<Option<UV>> {
+        self.inner.remove(k)
+    }
+    /// True when `k` is present for the current key.
+    pub fn contains(&self, k: &UK) -> Result<bool> {
+        Ok(self.inner.get(k)?.is_some())
+    }
+    /// All entries for the current key, sorted by user key.
+    pub fn entries(&self) -> Result<Vec<(UK, UV)>> {
+        self.inner.entries()
+    }
+    /// Removes the current key's map.
+    pub fn clear(&mut self) -> Result<()> {
+        self.inner.clear()
+    }
+}
+
+/// The error for a state name registered twice in one operator.
+pub fn duplicate_state_name(name: &str) -> Error {
+    Error::Config(format!(
+        "state '{name}' is registered twice in the same operator; give each state a unique name"
+    ))
+}

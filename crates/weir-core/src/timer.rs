@@ -1,0 +1,94 @@
+//! Timers: an ordered, de-duplicated queue of (time, key, namespace) entries.
+//!
+//! Sans-IO: the operator registers timers and asks for the ones due at a watermark or a
+//! processing time; nothing here reads a clock.
+
+use crate::time::Timestamp;
+use rustc_hash::FxHashSet;
+use std::collections::BTreeMap;
+use std::hash::Hash;
+
+/// Which clock a timer follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TimeDomain {
+    /// Fires when the watermark reaches the timer's time.
+    EventTime,
+    /// Fires when the wall clock reaches the timer's time (ms since the Unix epoch).
+    ProcessingTime,
+}
+
+/// An ordered queue of timers; registering the same (time, key, namespace) twice keeps one.
+///
+/// ```
+/// use weir_core::timer::TimerQueue;
+/// let mut q = TimerQueue::<&str, ()>::default();
+/// q.register(10, "a", ());
+/// q.register(5, "b", ());
+/// q.register(10, "a", ()); // duplicate
+/// assert_eq!(q.pop_due(9), Some((5, vec![("b", ())])));
+/// assert_eq!(q.pop_due(9), None);
+/// assert_eq!(q.pop_due(10), Some((10, vec![("a", ())])));
+/// ```
+pub struct TimerQueue<K, N> {
+    by_time: BTreeMap<Timestamp, Vec<(K, N)>>,
+    live: FxHashSet<(Timestamp, K, N)>,
+}
+
+impl<K, N> Default for TimerQueue<K, N> {
+    fn default() -> Self {
+        TimerQueue {
+            by_time: BTreeMap::new(),
+            live: FxHashSet::default(),
+        }
+    }
+}
+
+impl<K: Clone + Eq + Hash, N: Clone + Eq + Hash> TimerQueue<K, N> {
+    /// Registers a timer; returns false if it was already registered.
+    pub fn register(&mut self, ts: Timestamp, key: K, ns: N) -> bool {
+        if !self.live.insert((ts, key.clone(), ns.clone())) {
+            return false;
+        }
+        self.by_time.entry(ts).or_default().push((key, ns));
+        true
+    }
+
+    /// Deletes a timer; returns false if it was not registered.
+    pub fn delete(&mut self, ts: Timestamp, key: K, ns: N) -> bool {
+        self.live.remove(&(ts, key, ns))
+    }
+
+    /// Removes and returns the earliest group of timers due at `now` (time <= now),
+    /// in registration order. Call repeatedly until `None`: firing may register more.
+    pub fn pop_due(&mut self, now: Timestamp) -> Option<(Timestamp, Vec<(K, N)>)> {
+        loop {
+            let (&ts, _) = self.by_time.first_key_value()?;
+            if ts > now {
+                return None;
+            }
+            let (ts, entries) = self.by_time.pop_first()?;
+            let due: Vec<(K, N)> = entries
+                .into_iter()
+                .filter(|(k, n)| self.live.remove(&(ts, k.clone(), n.clone())))
+                .collect();
+            if !due.is_empty() {
+                return Some((ts, due));
+            }
+        }
+    }
+
+    /// The earliest registered time, if any.
+    pub fn next_time(&self) -> Option<Timestamp> {
+        self.by_time.keys().next().copied()
+    }
+
+    /// Number of live timers.
+    pub fn len(&self) -> usize {
+        self.live.len()
+    }
+
+    /// True when no timer is registered.
+    pub fn is_empty(&self) -> bool {
+        self.live.is_empty()
+    }
+}

@@ -1,0 +1,302 @@
+//! The window operator: per-(key, window) accumulators in keyed state, event-time timers
+//! at each window's end, allowed lateness, and a side output for late records.
+//!
+//! Firing follows Flink's event-time trigger: a window fires when the watermark reaches
+//! its max timestamp; a record that arrives after that but within the allowed lateness
+//! updates the window and fires it again at once; state is dropped when the watermark
+//! passes max timestamp + allowed lateness; records for windows already dropped are late.
+
+use super::{TimeWindow, WindowAssigner};
+use crate::data::{Data, Key};
+use crate::error::{Error, Result};
+use crate::ops::{OpInfo, guard};
+use crate::output::{Collector, Control, Output};
+use crate::state::HeapValueTable;
+use crate::time::{MIN_WATERMARK, NO_TIMESTAMP, Timestamp};
+use crate::timer::TimerQueue;
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// What a window computes: an accumulator per window and the output it produces.
+pub(crate) trait WindowFn<K, T, O>: 'static {
+    type Acc: Data;
+    fn create(&self) -> Self::Acc;
+    fn add(&self, acc: &mut Self::Acc, value: T);
+    fn merge(&self, acc: &mut Self::Acc, other: Self::Acc);
+    fn emit(
+        &self,
+        key: &K,
+        window: &TimeWindow,
+        acc: &Self::Acc,
+        out: &mut Collector<O>,
+    ) -> Result<()>;
+}
+
+enum Contents<K, A> {
+    /// Non-merging windows: one accumulator per (key, window).
+    Fixed(Rc<RefCell<HeapValueTable<(K, TimeWindow), A>>>),
+    /// Session windows: the open sessions of each key.
+    Sessions(Rc<RefCell<HeapValueTable<K, Vec<(TimeWindow, A)>>>>),
+}
+
+/// The window operator over a keyed stream.
+pub(crate) struct WindowOperator<K, T, O, F: WindowFn<K, T, O>> {
+    pub(crate) key_fn: Arc<dyn Fn(&T) -> K + Send + Sync>,
+    pub(crate) assigner: WindowAssigner,
+    pub(crate) lateness: Timestamp,
+    pub(crate) f: F,
+    contents: Contents<K, F::Acc>,
+    timers: TimerQueue<K, TimeWindow>,
+    watermark: Timestamp,
+    buf: Collector<O>,
+    windows: Vec<TimeWindow>,
+    out: Box<dyn Output<O>>,
+    late: Option<Box<dyn Output<T>>>,
+    info: OpInfo,
+}
+
+impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        key_fn: Arc<dyn Fn(&T) -> K + Send + Sync>,
+        assigner: WindowAssigner,
+        lateness: Timestamp,
+        f: F,
+        state: &mut crate::state::StateContext<K>,
+        out: Box<dyn Output<O>>,
+        late: Option<Box<dyn Output<T>>>,
+        info: OpInfo,
+    ) -> Result<Self> {
+        let contents = if assigner.is_merging() {
+            Contents::Sessions(state.heap_value_table("window-sessions")?)
+        } else {
+            Contents::Fixed(state.heap_value_table("window-contents")?)
+        };
+        Ok(WindowOperator {
+            key_fn,
+            assigner,
+            lateness,
+            f,
+            contents,
+            timers: TimerQueue::default(),
+            watermark: MIN_WATERMARK,
+            buf: Collector::new(),
+            windows: Vec::new(),
+            out,
+            late,
+            info,
+        })
+    }
+
+    fn cleanup_time(&self, w: &TimeWindow) -> Timestamp {
+        w.max_timestamp().saturating_add(self.lateness)
+    }
+
+    fn is_dropped(&self, w: &TimeWindow) -> bool {
+        self.cleanup_time(w) <= self.watermark
+    }
+
+    /// Registers the window's cleanup timer and, unless it is already due, its fire timer.
+    fn register(&mut self, key: &K, w: TimeWindow) {
+        if w.max_timestamp() > self.watermark {
+            self.timers.register(w.max_timestamp(), key.clone(), w);
+        }
+        if self.lateness > 0 {
+            self.timers.register(self.cleanup_time(&w), key.clone(), w);
+        }
+    }
+
+    fn emit(&mut self, key: &K, w: &TimeWindow, acc: &F::Acc) -> Result<()> {
+        let WindowOperator { f, buf, info, .. } = self;
+        guard(info, || f.emit(key, w, acc, buf))?;
+        self.buf.drain_into(&mut *self.out, w.max_timestamp())
+    }
+
+    fn add_fixed(&mut self, key: K, value: T) -> Result<bool> {
+        let Contents::Fixed(table) = &self.contents else {
+            unreachable!()
+        };
+        let table = table.clone();
+        let mut accepted = false;
+        let windows = std::mem::take(&mut self.windows);
+        let n = windows.len();
+        let mut value = Some(value);
+        for (i, w) in windows.iter().enumerate() {
+            if self.is_dropped(w) {
+                continue;
+            }
+            accepted = true;
+            let v = if i + 1 == n {
+                value.take().expect("last window takes the value")
+            } else {
+                value.clone().expect("value kept until the last window")
+            };
+            let sk = (key.clone(), *w);
+            let fire_now;
+            {
+                let mut t = table.borrow_mut();
+                match t.map.get_mut(&sk) {
+                    Some(acc) => {
+                        self.f.add(acc, v);
+                        fire_now = w.max_timestamp() <= self.watermark;
+                    }
+                    None => {
+                        let mut acc = self.f.create();
+                        self.f.add(&mut acc, v);
+                        t.map.insert(sk, acc);
+                        fire_now = w.max_timestamp() <= self.watermark;
+                        drop(t);
+                        self.register(&key, *w);
+                    }
+                }
+            }
+            if fire_now {
+                let acc = table.borrow().map.get(&(key.clone(), *w)).cloned();
+                if let Some(acc) = acc {
+                    self.emit(&key, w, &acc)?;
+                }
+            }
+        }
+        self.windows = windows;
+        Ok(accepted)
+    }
+
+    fn add_session(&mut self, key: K, value: T) -> Result<bool> {
+        let Contents::Sessions(table) = &self.contents else {
+            unreachable!()
+        };
+        let table = table.clone();
+        let Some(&w) = self.windows.first() else {
+            return Ok(false);
+        };
+        if self.is_dropped(&w) {
+            return Ok(false);
+        }
+        let sessions = table.borrow_mut().map.remove(&key).unwrap_or_default();
+        // Absorb every session that touches the growing window (a merge can make it reach
+        // sessions it did not touch before), then fold them in window order.
+        let mut merged = w;
+        let mut absorbed = Vec::new();
+        let mut kept = sessions;
+        loop {
+            let (hit, rest): (Vec<_>, Vec<_>) =
+                kept.into_iter().partition(|(sw, _)| sw.intersects(&merged));
+            kept = rest;
+            if hit.is_empty() {
+                break;
+            }
+            for (sw, _) in &hit {
+                merged = merged.cover(sw);
+            }
+            absorbed.extend(hit);
+        }
+        absorbed.sort_by_key(|(sw, _)| *sw);
+        let mut acc = self.f.create();
+        for (sw, sacc) in absorbed {
+            self.f.merge(&mut acc, sacc);
+            self.timers.delete(sw.max_timestamp(), key.clone(), sw);
+            if self.lateness > 0 {
+                self.timers.delete(self.cleanup_time(&sw), key.clone(), sw);
+            }
+        }
+        self.f.add(&mut acc, value);
+        let fire_now = merged.max_timestamp() <= self.watermark;
+        if fire_now {
+            self.emit(&key, &merged, &acc)?;
+        }
+        if !fire_now || self.lateness > 0 {
+            self.register(&key, merged);
+            kept.push((merged, acc));
+        }
+        kept.sort_by_key(|(w, _)| *w);
+        if !kept.is_empty() {
+            table.borrow_mut().map.insert(key, kept);
+        }
+        Ok(true)
+    }
+
+    fn on_watermark(&mut self, wm: Timestamp) -> Result<()> {
+        self.watermark = wm;
+        while let Some((ts, due)) = self.timers.pop_due(wm) {
+            for (key, w) in due {
+                let fire = ts == w.max_timestamp();
+                let cleanup = ts == self.cleanup_time(&w);
+                match &self.contents {
+                    Contents::Fixed(table) => {
+                        let table = table.clone();
+                        let acc = if cleanup {
+                            table.borrow_mut().map.remove(&(key.clone(), w))
+                        } else {
+                            table.borrow().map.get(&(key.clone(), w)).cloned()
+                        };
+                        if let (true, Some(acc)) = (fire, acc) {
+                            self.emit(&key, &w, &acc)?;
+                        }
+                    }
+                    Contents::Sessions(table) => {
+                        let table = table.clone();
+                        let mut t = table.borrow_mut();
+                        let Some(sessions) = t.map.get_mut(&key) else {
+                            continue;
+                        };
+                        let Some(pos) = sessions.iter().position(|(sw, _)| *sw == w) else {
+                            continue;
+                        };
+                        let acc = if cleanup {
+                            let (_, acc) = sessions.remove(pos);
+                            if sessions.is_empty() {
+                                t.map.remove(&key);
+                            }
+                            acc
+                        } else {
+                            sessions[pos].1.clone()
+                        };
+                        drop(t);
+                        if fire {
+                            self.emit(&key, &w, &acc)?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> Output<T> for WindowOperator<K, T, O, F> {
+    fn record(&mut self, value: T, ts: Timestamp) -> Result<()> {
+        if ts == NO_TIMESTAMP {
+            return Err(Error::Config(
+                "a window received a record without a timestamp; assign event time with \
+                 `.with_watermarks(WatermarkStrategy::..)` or use a source that sets timestamps"
+                    .into(),
+            )
+            .at(|| self.info.location()));
+        }
+        let key_fn = &self.key_fn;
+        let key = guard(&self.info, || Ok(key_fn(&value)))?;
+        let mut windows = std::mem::take(&mut self.windows);
+        self.assigner.assign_into(ts, &mut windows);
+        self.windows = windows;
+        let late_copy = self.late.as_ref().map(|_| value.clone());
+        let accepted = match self.contents {
+            Contents::Fixed(_) => self.add_fixed(key, value)?,
+            Contents::Sessions(_) => self.add_session(key, value)?,
+        };
+        if !accepted && let (Some(late), Some(v)) = (self.late.as_mut(), late_copy) {
+            late.record(v, ts)?;
+        }
+        Ok(())
+    }
+
+    fn control(&mut self, event: Control) -> Result<()> {
+        if let Control::Watermark(w) = event {
+            self.on_watermark(w)?;
+        }
+        if let Some(late) = self.late.as_mut() {
+            late.control(event)?;
+        }
+        self.out.control(event)
+    }
+}

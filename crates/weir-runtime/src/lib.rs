@@ -1,0 +1,15 @@
+//! weir-runtime: the local executor.
+//!
+//! Expands a logical graph into tasks (chains of operators × parallelism), connects them
+//! with bounded channels of record batches, runs each task on its own thread, combines
+//! watermarks per input channel, and fails the whole job promptly when any operator fails.
+//! It must not contain operator logic (that is weir-core's) or storage (weir-state's).
+#![deny(missing_docs)]
+
+mod config;
+mod job;
+mod plan;
+mod task;
+
+pub use config::JobConfig;
+pub use job::{JobHandle, JobResult, TaskStats, execute, start};

@@ -1,0 +1,133 @@
+//! # weir
+//!
+//! A stream processor in Rust in the tradition of Apache Flink: pipelines in a typed DSL,
+//! keyed state, event time with watermarks and windows, run on every core of one machine.
+//!
+//! ```
+//! use weir::prelude::*;
+//!
+//! let env = Env::new().parallelism(2);
+//! let sums = env
+//!     .from_collection(vec![("a".to_string(), 1i64), ("b".into(), 2), ("a".into(), 3)])
+//!     .key_by(|(k, _)| k.clone())
+//!     .reduce(|a, b| (a.0, a.1 + b.1))
+//!     .collect();
+//! env.execute("sums").unwrap();
+//! assert_eq!(sums.sorted(), vec![("a".into(), 1), ("a".into(), 4), ("b".into(), 2)]);
+//! ```
+#![deny(missing_docs)]
+
+use std::ops::Deref;
+use std::time::Duration;
+
+pub use weir_core::{
+    Error, Result, codec, data, dsl, error, exchange, graph, ids, ops, output, state, time, timer,
+    watermark, window,
+};
+pub use weir_runtime::{JobConfig, JobHandle, JobResult, TaskStats};
+pub use weir_state::BackendKind;
+
+/// Everything a pipeline author needs: `use weir::prelude::*;`.
+pub mod prelude {
+    pub use crate::Env;
+    pub use weir_core::prelude::*;
+    pub use weir_runtime::{JobConfig, JobHandle, JobResult};
+    pub use weir_state::BackendKind;
+}
+
+/// The execution environment: a pipeline under construction plus how to run it.
+///
+/// Build the pipeline through it (it dereferences to [`weir_core::dsl::Pipeline`]), then
+/// call [`Env::execute`]. The defaults run on every core with in-memory state.
+#[derive(Clone)]
+pub struct Env {
+    pipeline: weir_core::dsl::Pipeline,
+    config: JobConfig,
+}
+
+impl Default for Env {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Deref for Env {
+    type Target = weir_core::dsl::Pipeline;
+    fn deref(&self) -> &Self::Target {
+        &self.pipeline
+    }
+}
+
+impl Env {
+    /// A new environment with the default configuration.
+    pub fn new() -> Self {
+        Env {
+            pipeline: weir_core::dsl::Pipeline::new(),
+            config: JobConfig::default(),
+        }
+    }
+
+    /// A new environment with the given configuration.
+    pub fn with_config(config: JobConfig) -> Self {
+        Env {
+            pipeline: weir_core::dsl::Pipeline::new(),
+            config,
+        }
+    }
+
+    /// Sets the default parallelism (operators may override it).
+    pub fn parallelism(mut self, parallelism: usize) -> Self {
+        self.config.parallelism = parallelism;
+        self
+    }
+
+    /// Sets the number of key groups (the largest parallelism keyed operators can take).
+    pub fn max_parallelism(mut self, max: usize) -> Self {
+        self.config.max_parallelism = max;
+        self
+    }
+
+    /// Chooses the keyed state backend.
+    pub fn state_backend(mut self, kind: BackendKind) -> Self {
+        self.config.state_backend = kind;
+        self
+    }
+
+    /// Prints a progress line to standard error at this interval while the job runs.
+    pub fn progress(mut self, every: Duration) -> Self {
+        self.config.progress_interval = Some(every);
+        self
+    }
+
+    /// Sets records per batch and batches per channel (the memory bound of the exchange).
+    pub fn exchange(mut self, batch_size: usize, channel_capacity: usize) -> Self {
+        self.config.batch_size = batch_size;
+        self.config.channel_capacity = channel_capacity;
+        self
+    }
+
+    /// The configuration the job will run with.
+    pub fn config(&self) -> &JobConfig {
+        &self.config
+    }
+
+    /// Runs the pipeline to completion on this machine and returns its statistics.
+    ///
+    /// # Errors
+    /// The first operator failure (with the operator's name, subtask and cause), an invalid
+    /// configuration, or [`Error::Config`] when the pipeline is empty or already ran.
+    pub fn execute(&self, name: &str) -> Result<JobResult> {
+        self.execute_async(name)?.join()
+    }
+
+    /// Starts the pipeline in the background; the handle can cancel it or wait for it.
+    pub fn execute_async(&self, name: &str) -> Result<JobHandle> {
+        let graph = self.pipeline.take_graph();
+        if graph.nodes.is_empty() {
+            return Err(Error::Config(
+                "the pipeline is empty or was already executed: build a pipeline (source → sink) first".into(),
+            ));
+        }
+        weir_runtime::start(name, graph, self.config.clone())
+    }
+}
