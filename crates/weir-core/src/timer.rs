@@ -32,30 +32,47 @@ pub enum TimeDomain {
 pub struct TimerQueue<K, N> {
     by_time: BTreeMap<Timestamp, Vec<(K, N)>>,
     live: FxHashSet<(Timestamp, K, N)>,
+    dedup: bool,
+    len: usize,
 }
 
 impl<K, N> Default for TimerQueue<K, N> {
     fn default() -> Self {
-        TimerQueue {
-            by_time: BTreeMap::new(),
-            live: FxHashSet::default(),
-        }
+        TimerQueue { by_time: BTreeMap::new(), live: FxHashSet::default(), dedup: true, len: 0 }
+    }
+}
+
+impl<K, N> TimerQueue<K, N> {
+    /// A queue for callers that never register the same timer twice and never delete
+    /// (windows that register a timer only when they create a window's state). It skips
+    /// the duplicate check, which saves a hash-set insert and remove per timer.
+    pub fn unique() -> Self {
+        TimerQueue { dedup: false, ..Self::default() }
     }
 }
 
 impl<K: Clone + Eq + Hash, N: Clone + Eq + Hash> TimerQueue<K, N> {
     /// Registers a timer; returns false if it was already registered.
     pub fn register(&mut self, ts: Timestamp, key: K, ns: N) -> bool {
-        if !self.live.insert((ts, key.clone(), ns.clone())) {
+        if self.dedup && !self.live.insert((ts, key.clone(), ns.clone())) {
             return false;
         }
+        self.len += 1;
         self.by_time.entry(ts).or_default().push((key, ns));
         true
     }
 
     /// Deletes a timer; returns false if it was not registered.
+    ///
+    /// # Panics
+    /// On a queue made with [`TimerQueue::unique`], which does not support deletion.
     pub fn delete(&mut self, ts: Timestamp, key: K, ns: N) -> bool {
-        self.live.remove(&(ts, key, ns))
+        assert!(self.dedup, "timers of a unique timer queue cannot be deleted");
+        let removed = self.live.remove(&(ts, key, ns));
+        if removed {
+            self.len -= 1;
+        }
+        removed
     }
 
     /// Removes and returns the earliest group of timers due at `now` (time <= now),
@@ -67,10 +84,12 @@ impl<K: Clone + Eq + Hash, N: Clone + Eq + Hash> TimerQueue<K, N> {
                 return None;
             }
             let (ts, entries) = self.by_time.pop_first()?;
-            let due: Vec<(K, N)> = entries
-                .into_iter()
-                .filter(|(k, n)| self.live.remove(&(ts, k.clone(), n.clone())))
-                .collect();
+            let due: Vec<(K, N)> = if self.dedup {
+                entries.into_iter().filter(|(k, n)| self.live.remove(&(ts, k.clone(), n.clone()))).collect()
+            } else {
+                entries
+            };
+            self.len -= due.len();
             if !due.is_empty() {
                 return Some((ts, due));
             }
@@ -84,11 +103,11 @@ impl<K: Clone + Eq + Hash, N: Clone + Eq + Hash> TimerQueue<K, N> {
 
     /// Number of live timers.
     pub fn len(&self) -> usize {
-        self.live.len()
+        self.len
     }
 
     /// True when no timer is registered.
     pub fn is_empty(&self) -> bool {
-        self.live.is_empty()
+        self.len == 0
     }
 }

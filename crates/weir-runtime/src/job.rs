@@ -106,6 +106,7 @@ pub fn start(name: &str, graph: Graph, cfg: JobConfig) -> Result<JobHandle> {
 struct Running {
     name: String,
     subtask: usize,
+    parallelism: usize,
     is_source: bool,
     progress: Arc<AtomicU64>,
 }
@@ -122,6 +123,7 @@ fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
         running.push(Running {
             name: node.name.clone(),
             subtask: spec.subtask,
+            parallelism: job.plan.parallelism[spec.head],
             is_source: node.kind == NodeKind::Source,
             progress: spec.progress.clone(),
         });
@@ -167,12 +169,7 @@ fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
                         let e = Error::from_panic(panic).at(|| weir_core::error::Location {
                             operator: t.name.clone(),
                             subtask: t.subtask,
-                            parallelism: job.plan.parallelism[job
-                                .graph
-                                .nodes
-                                .iter()
-                                .position(|n| n.name == t.name)
-                                .unwrap_or(0)],
+                            parallelism: t.parallelism,
                         });
                         first_error.get_or_insert(e);
                     }

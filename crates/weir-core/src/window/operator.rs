@@ -79,7 +79,8 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
             lateness,
             f,
             contents,
-            timers: TimerQueue::default(),
+            // Fixed windows register a window's timers once, when its state is created.
+            timers: if assigner.is_merging() { TimerQueue::default() } else { TimerQueue::unique() },
             watermark: MIN_WATERMARK,
             buf: Collector::new(),
             windows: Vec::new(),

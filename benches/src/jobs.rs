@@ -1,0 +1,90 @@
+//! The benchmark jobs, written in the public DSL.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use weir::prelude::*;
+
+/// What a run produced.
+pub struct Run {
+    pub elapsed_s: f64,
+    pub results: u64,
+}
+
+/// Running sum per key; emits (key, sum) on every 1000th record this subtask processes.
+#[derive(Default)]
+struct RunningSum {
+    sum: Option<ValueState<i64>>,
+    seen: u64,
+}
+
+impl KeyedProcessFunction<u64, (u64, i64), (u64, i64)> for RunningSum {
+    fn open(&mut self, state: &mut StateContext<u64>) -> weir::Result<()> {
+        self.sum = Some(state.value_state("sum")?);
+        Ok(())
+    }
+
+    #[inline]
+    fn process(&mut self, (key, value): (u64, i64), ctx: &mut KeyedContext<'_, u64, (u64, i64)>) -> weir::Result<()> {
+        let sum = self.sum.as_mut().expect("opened");
+        let next = sum.get()?.unwrap_or(0) + value;
+        sum.set(next)?;
+        self.seen += 1;
+        if self.seen % 1000 == 0 {
+            ctx.emit((key, next));
+        }
+        Ok(())
+    }
+}
+
+fn env(parallelism: usize, batch_size: usize) -> Env {
+    Env::new().parallelism(parallelism).exchange(batch_size, 16)
+}
+
+/// generator → key_by → running sum → counting sink.
+pub fn keyed_sum(events: u64, keys: u64, parallelism: usize, batch_size: usize) -> weir::Result<Run> {
+    let env = env(parallelism, batch_size);
+    let emitted = Arc::new(AtomicU64::new(0));
+    let counter = emitted.clone();
+    env.generator(events, keys)
+        .key_by(|(k, _)| *k)
+        .process(RunningSum::default)
+        .name("running-sum")
+        .sink("count", move || Counting { n: 0, total: counter.clone(), weight: |_: &(u64, i64)| 1 });
+    let r = env.execute("keyed-sum")?;
+    Ok(Run { elapsed_s: r.elapsed.as_secs_f64(), results: emitted.load(Ordering::SeqCst) })
+}
+
+/// generator with watermarks → key_by → tumbling windows of 1000 → count → summing sink.
+pub fn window_count(events: u64, keys: u64, parallelism: usize, batch_size: usize) -> weir::Result<Run> {
+    let env = env(parallelism, batch_size);
+    let total = Arc::new(AtomicU64::new(0));
+    let counter = total.clone();
+    env.generator(events, keys)
+        .with_watermarks(WatermarkStrategy::bounded_out_of_orderness(100).with_emit_interval(Duration::from_millis(20)))
+        .key_by(|(k, _)| *k)
+        .window(WindowAssigner::tumbling(1000))
+        .aggregate(Count)
+        .sink("sum-counts", move || Counting { n: 0, total: counter.clone(), weight: |c: &u64| *c });
+    let r = env.execute("window-count")?;
+    Ok(Run { elapsed_s: r.elapsed.as_secs_f64(), results: total.load(Ordering::SeqCst) })
+}
+
+/// Sums a weight per record locally and adds it to a shared total at end of input.
+struct Counting<T> {
+    n: u64,
+    total: Arc<AtomicU64>,
+    weight: fn(&T) -> u64,
+}
+
+impl<T: 'static> SinkFunction<T> for Counting<T> {
+    #[inline]
+    fn invoke(&mut self, value: T, _ts: Timestamp) -> weir::Result<()> {
+        self.n += (self.weight)(&value);
+        Ok(())
+    }
+    fn finish(&mut self) -> weir::Result<()> {
+        self.total.fetch_add(self.n, Ordering::SeqCst);
+        Ok(())
+    }
+}
