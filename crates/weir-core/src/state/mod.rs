@@ -90,6 +90,11 @@ impl<K: Key> StateContext<K> {
         &*self.backend
     }
 
+    /// Registers an operator-specific table (windows keep their own layout).
+    pub fn register_table(&mut self, name: &str, table: Rc<dyn StateTableInfo>) -> Result<()> {
+        self.backend.register(name, table)
+    }
+
     /// Creates a raw heap table keyed by an arbitrary state key (used by windows and joins,
     /// whose state is keyed by key and window).
     pub fn heap_value_table<SK: Key, V: Data>(

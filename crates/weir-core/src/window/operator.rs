@@ -11,7 +11,9 @@ use crate::data::{Data, Key};
 use crate::error::{Error, Result};
 use crate::ops::{OpInfo, guard};
 use crate::output::{Collector, Control, Output};
-use crate::state::HeapValueTable;
+use crate::state::{HeapValueTable, StateTableInfo};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
 use crate::time::{MIN_WATERMARK, NO_TIMESTAMP, Timestamp};
 use crate::timer::TimerQueue;
 use std::cell::RefCell;
@@ -33,9 +35,26 @@ pub(crate) trait WindowFn<K, T, O>: 'static {
     ) -> Result<()>;
 }
 
+/// The open windows of a non-merging assigner, ordered by max timestamp: every key of a
+/// window fires at the same watermark, so the window (not each key) carries the timers.
+pub(crate) struct FixedWindows<K, A> {
+    windows: BTreeMap<(Timestamp, Timestamp), WindowKeys<K, A>>,
+}
+
+struct WindowKeys<K, A> {
+    fired: bool,
+    keys: FxHashMap<K, A>,
+}
+
+impl<K, A> StateTableInfo for RefCell<FixedWindows<K, A>> {
+    fn entries(&self) -> usize {
+        self.borrow().windows.values().map(|w| w.keys.len()).sum()
+    }
+}
+
 enum Contents<K, A> {
-    /// Non-merging windows: one accumulator per (key, window).
-    Fixed(Rc<RefCell<HeapValueTable<(K, TimeWindow), A>>>),
+    /// Non-merging windows: one accumulator per (window, key).
+    Fixed(Rc<RefCell<FixedWindows<K, A>>>),
     /// Session windows: the open sessions of each key.
     Sessions(Rc<RefCell<HeapValueTable<K, Vec<(TimeWindow, A)>>>>),
 }
@@ -71,7 +90,9 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
         let contents = if assigner.is_merging() {
             Contents::Sessions(state.heap_value_table("window-sessions")?)
         } else {
-            Contents::Fixed(state.heap_value_table("window-contents")?)
+            let t = Rc::new(RefCell::new(FixedWindows { windows: BTreeMap::new() }));
+            state.register_table("window-contents", t.clone())?;
+            Contents::Fixed(t)
         };
         Ok(WindowOperator {
             key_fn,
@@ -79,8 +100,7 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
             lateness,
             f,
             contents,
-            // Fixed windows register a window's timers once, when its state is created.
-            timers: if assigner.is_merging() { TimerQueue::default() } else { TimerQueue::unique() },
+            timers: TimerQueue::default(),
             watermark: MIN_WATERMARK,
             buf: Collector::new(),
             windows: Vec::new(),
@@ -133,27 +153,26 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
             } else {
                 value.clone().expect("value kept until the last window")
             };
-            let sk = (key.clone(), *w);
-            let fire_now;
-            {
-                let mut t = table.borrow_mut();
-                match t.map.get_mut(&sk) {
-                    Some(acc) => {
-                        self.f.add(acc, v);
-                        fire_now = w.max_timestamp() <= self.watermark;
-                    }
-                    None => {
-                        let mut acc = self.f.create();
-                        self.f.add(&mut acc, v);
-                        t.map.insert(sk, acc);
-                        fire_now = w.max_timestamp() <= self.watermark;
-                        drop(t);
-                        self.register(&key, *w);
-                    }
+            let mut t = table.borrow_mut();
+            // A window created by a record within the allowed lateness is already due.
+            let due = w.max_timestamp() <= self.watermark;
+            let win = t
+                .windows
+                .entry((w.max_timestamp(), w.start))
+                .or_insert_with(|| WindowKeys { fired: due, keys: FxHashMap::default() });
+            let fired = win.fired;
+            match win.keys.get_mut(&key) {
+                Some(acc) => self.f.add(acc, v),
+                None => {
+                    let mut acc = self.f.create();
+                    self.f.add(&mut acc, v);
+                    win.keys.insert(key.clone(), acc);
                 }
             }
-            if fire_now {
-                let acc = table.borrow().map.get(&(key.clone(), *w)).cloned();
+            if fired {
+                // Within the allowed lateness after the window fired: fire again for this key.
+                let acc = win.keys.get(&key).cloned();
+                drop(t);
                 if let Some(acc) = acc {
                     self.emit(&key, w, &acc)?;
                 }
@@ -161,6 +180,38 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
         }
         self.windows = windows;
         Ok(accepted)
+    }
+
+    fn fire_fixed(&mut self, table: Rc<RefCell<FixedWindows<K, F::Acc>>>, wm: Timestamp) -> Result<()> {
+        loop {
+            let mut t = table.borrow_mut();
+            let Some((&(max_ts, start), win)) = t.windows.iter_mut().find(|(_, w)| !w.fired) else {
+                break;
+            };
+            if max_ts > wm {
+                break;
+            }
+            let w = TimeWindow::new(start, max_ts + 1);
+            let keys = if self.cleanup_time(&w) <= wm {
+                t.windows.remove(&(max_ts, start)).map(|w| w.keys).unwrap_or_default()
+            } else {
+                win.fired = true;
+                win.keys.clone()
+            };
+            drop(t);
+            for (key, acc) in &keys {
+                self.emit(key, &w, acc)?;
+            }
+        }
+        // Drop fired windows whose allowed lateness has passed.
+        let mut t = table.borrow_mut();
+        while let Some((&(max_ts, start), _)) = t.windows.first_key_value() {
+            if max_ts.saturating_add(self.lateness) > wm {
+                break;
+            }
+            t.windows.remove(&(max_ts, start));
+        }
+        Ok(())
     }
 
     fn add_session(&mut self, key: K, value: T) -> Result<bool> {
@@ -219,22 +270,15 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
 
     fn on_watermark(&mut self, wm: Timestamp) -> Result<()> {
         self.watermark = wm;
+        if let Contents::Fixed(table) = &self.contents {
+            return self.fire_fixed(table.clone(), wm);
+        }
         while let Some((ts, due)) = self.timers.pop_due(wm) {
             for (key, w) in due {
                 let fire = ts == w.max_timestamp();
                 let cleanup = ts == self.cleanup_time(&w);
                 match &self.contents {
-                    Contents::Fixed(table) => {
-                        let table = table.clone();
-                        let acc = if cleanup {
-                            table.borrow_mut().map.remove(&(key.clone(), w))
-                        } else {
-                            table.borrow().map.get(&(key.clone(), w)).cloned()
-                        };
-                        if let (true, Some(acc)) = (fire, acc) {
-                            self.emit(&key, &w, &acc)?;
-                        }
-                    }
+                    Contents::Fixed(_) => unreachable!("fixed windows fire without per-key timers"),
                     Contents::Sessions(table) => {
                         let table = table.clone();
                         let mut t = table.borrow_mut();
