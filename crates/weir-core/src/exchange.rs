@@ -8,6 +8,7 @@
 
 use crate::data::{Data, key_hash, subtask_for_key_group};
 use crate::error::{Error, Result};
+use crate::ids::CheckpointId;
 use crate::output::{Control, Output};
 use crate::time::Timestamp;
 use crossbeam_channel::{Receiver, SelectedOperation, Sender};
@@ -24,6 +25,8 @@ pub enum Msg<T> {
     Watermark(Timestamp),
     /// The sender became idle (true) or active (false).
     Idle(bool),
+    /// A checkpoint barrier.
+    Barrier(CheckpointId),
     /// The sender has no more data.
     End,
 }
@@ -273,6 +276,7 @@ impl<T: Data> Output<T> for ChannelWriter<T> {
             Control::Watermark(w) => self.broadcast_msg(|| Msg::Watermark(w)),
             Control::Idle(i) => self.broadcast_msg(|| Msg::Idle(i)),
             Control::End => self.broadcast_msg(|| Msg::End),
+            Control::Barrier(id) => self.broadcast_msg(|| Msg::Barrier(id)),
             Control::Tick(now) => {
                 if now - self.last_flush_ms >= self.cfg.flush_interval_ms {
                     self.last_flush_ms = now;
@@ -300,6 +304,8 @@ pub enum GateEvent {
     Watermark(Timestamp),
     /// The channel became idle or active.
     Idle(bool),
+    /// A checkpoint barrier arrived.
+    Barrier(CheckpointId),
     /// The channel ended.
     End,
     /// The sender disappeared without ending (it failed).
@@ -350,6 +356,7 @@ impl<T: Data> InputGate for TypedGate<T> {
             Ok(Msg::Watermark(w)) => Ok(GateEvent::Watermark(w)),
             Ok(Msg::Idle(i)) => Ok(GateEvent::Idle(i)),
             Ok(Msg::End) => Ok(GateEvent::End),
+            Ok(Msg::Barrier(id)) => Ok(GateEvent::Barrier(id)),
             Err(_) => Ok(GateEvent::Disconnected),
         }
     }

@@ -5,6 +5,7 @@
 //! one subtask's operator on the subtask's own thread; the runtime decides chaining,
 //! parallelism and channels.
 
+use crate::checkpoint::{Participants, RestoreState};
 use crate::error::Result;
 use crate::exchange::{Exchange, PartitionKind};
 use crate::ids::NodeId;
@@ -68,6 +69,17 @@ pub struct NodeSpec {
     pub keyed: bool,
 }
 
+impl NodeSpec {
+    /// The stable id under which the node's state is checkpointed: its uid if set,
+    /// otherwise its position and name in the graph (stable for the same program).
+    pub fn operator_id(&self) -> String {
+        match &self.uid {
+            Some(u) => u.clone(),
+            None => format!("{}-{}", self.id.0, self.name),
+        }
+    }
+}
+
 /// The logical graph of a pipeline.
 #[derive(Default)]
 pub struct Graph {
@@ -85,8 +97,16 @@ pub struct BuildContext<'a> {
     pub parallelism: usize,
     /// Number of key groups.
     pub max_parallelism: usize,
-    /// Creates a keyed state backend for this subtask.
+    /// Creates a keyed state backend for this subtask, loaded with its restored state.
     pub state_backend: &'a dyn Fn() -> Box<dyn KeyedStateBackend>,
+    /// The operator's stable id (its uid, or derived from its position in the graph).
+    pub operator_id: &'a str,
+    /// Where operators register their checkpoint hooks.
+    pub participants: &'a Participants,
+    /// The state this subtask restores from, if the job resumed from a checkpoint.
+    pub restore: Option<&'a RestoreState>,
+    /// True when the job takes checkpoints.
+    pub checkpointing: bool,
 }
 
 /// A subtask's built operator.

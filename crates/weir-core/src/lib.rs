@@ -6,10 +6,12 @@
 //! the runtime crate executes what this crate describes.
 #![deny(missing_docs)]
 
+pub mod checkpoint;
 pub mod codec;
 pub mod data;
 pub mod dsl;
 pub mod error;
+pub mod failpoint;
 pub mod exchange;
 pub mod graph;
 pub mod ids;

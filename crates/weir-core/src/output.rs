@@ -6,6 +6,7 @@
 //! channels or state backends.
 
 use crate::error::Result;
+use crate::ids::CheckpointId;
 use crate::time::Timestamp;
 
 /// A control event that flows through a chain of operators in order with the records.
@@ -18,6 +19,10 @@ pub enum Control {
     /// Wall-clock processing time, in milliseconds since the Unix epoch. Sent often;
     /// operators fire processing-time timers and flush timed buffers on it.
     Tick(i64),
+    /// Checkpoint barrier: every record before it belongs to checkpoint `n`. The task
+    /// has already snapshotted its operators when this passes through the chain; channel
+    /// writers forward it downstream.
+    Barrier(CheckpointId),
     /// No more input will arrive. Sent once, after the final watermark.
     End,
 }

@@ -96,6 +96,19 @@ impl<K: Clone + Eq + Hash, N: Clone + Eq + Hash> TimerQueue<K, N> {
         }
     }
 
+    /// Every live timer, in time order (for snapshots).
+    pub fn entries(&self) -> Vec<(Timestamp, K, N)> {
+        let mut out = Vec::with_capacity(self.len);
+        for (&ts, list) in &self.by_time {
+            for (k, n) in list {
+                if !self.dedup || self.live.contains(&(ts, k.clone(), n.clone())) {
+                    out.push((ts, k.clone(), n.clone()));
+                }
+            }
+        }
+        out
+    }
+
     /// The earliest registered time, if any.
     pub fn next_time(&self) -> Option<Timestamp> {
         self.by_time.keys().next().copied()

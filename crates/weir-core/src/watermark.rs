@@ -171,6 +171,7 @@ impl<T> Output<T> for WatermarkOperator<T> {
                 self.out.control(event)
             }
             Control::Watermark(_) | Control::Idle(_) => Ok(()),
+            Control::Barrier(_) => self.out.control(event),
             Control::End => {
                 self.emit()?;
                 self.out.control(event)

@@ -1,5 +1,6 @@
 //! Job configuration: parallelism, key groups, exchange sizes, state backend, progress.
 
+use std::path::PathBuf;
 use std::time::Duration;
 use weir_core::data::DEFAULT_MAX_PARALLELISM;
 use weir_core::{Error, Result};
@@ -30,6 +31,93 @@ pub struct JobConfig {
     pub state_backend: BackendKind,
     /// Print a progress line to standard error this often (`None`: quiet).
     pub progress_interval: Option<Duration>,
+    /// Checkpointing (`None`: off; a failure then fails the job).
+    pub checkpoint: Option<CheckpointConfig>,
+}
+
+/// How and where a job checkpoints, and how it restarts after a failure.
+///
+/// ```
+/// use weir_runtime::CheckpointConfig;
+/// use std::path::PathBuf;
+/// let c = CheckpointConfig::new("/tmp/ck").interval(Duration::from_secs(1));
+/// c.validate().unwrap();
+/// assert!(c.exactly_once);
+/// ```
+#[derive(Debug, Clone)]
+pub struct CheckpointConfig {
+    /// Checkpoint storage directory (local or a shared mount).
+    pub dir: PathBuf,
+    /// Time between checkpoint triggers (0: only the final checkpoint at end of input).
+    pub interval: Duration,
+    /// Minimum time between the end of one checkpoint and the start of the next.
+    pub min_pause: Duration,
+    /// A checkpoint not complete after this long is aborted.
+    pub timeout: Duration,
+    /// Number of complete checkpoints kept (older ones are deleted).
+    pub retain: usize,
+    /// Align barriers (exactly-once state); `false` gives at-least-once without alignment.
+    pub exactly_once: bool,
+    /// Restore from this checkpoint or savepoint instead of the latest one in `dir`.
+    pub restore_from: Option<PathBuf>,
+    /// Restarts after a failure inside a running job.
+    pub restart: RestartStrategy,
+}
+
+/// Exponential backoff with full jitter between restarts, up to an attempt limit.
+#[derive(Debug, Clone, Copy)]
+pub struct RestartStrategy {
+    /// Restarts allowed before the job fails (0: never restart).
+    pub max_attempts: u32,
+    /// Base delay; attempt `n` waits a random time in `[0, min(max, base * 2^n)]`.
+    pub initial_backoff: Duration,
+    /// Cap on the delay.
+    pub max_backoff: Duration,
+}
+
+impl Default for RestartStrategy {
+    fn default() -> Self {
+        RestartStrategy { max_attempts: 3, initial_backoff: Duration::from_millis(100), max_backoff: Duration::from_secs(10) }
+    }
+}
+
+impl CheckpointConfig {
+    /// Checkpoints into `dir`, every second, exactly-once.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        CheckpointConfig {
+            dir: dir.into(),
+            interval: Duration::from_secs(1),
+            min_pause: Duration::ZERO,
+            timeout: Duration::from_secs(600),
+            retain: 3,
+            exactly_once: true,
+            restore_from: None,
+            restart: RestartStrategy::default(),
+        }
+    }
+
+    /// Sets the interval.
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// Checks the configuration; the error says what to change.
+    pub fn validate(&self) -> Result<()> {
+        if self.retain == 0 {
+            return Err(Error::Config("retain at least 1 checkpoint".into()));
+        }
+        if self.timeout.is_zero() {
+            return Err(Error::Config("the checkpoint timeout must be positive".into()));
+        }
+        if !self.interval.is_zero() && self.interval < Duration::from_millis(10) {
+            return Err(Error::Config(format!(
+                "checkpoint interval {:?} is too short; use at least 10 ms, or 0 for only a final checkpoint",
+                self.interval
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl Default for JobConfig {
@@ -44,6 +132,7 @@ impl Default for JobConfig {
             flush_interval: Duration::from_millis(10),
             state_backend: BackendKind::Memory,
             progress_interval: None,
+            checkpoint: None,
         }
     }
 }

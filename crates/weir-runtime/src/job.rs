@@ -9,7 +9,16 @@
 
 use crate::JobConfig;
 use crate::plan::Plan;
-use crate::task::{self, JobShared, TaskSpec, WriterKey};
+use crate::checkpoints::{self, RestoreMap};
+use crate::failpoint;
+use crate::task::{self, JobShared, TaskCommand, TaskEvent, TaskSpec, WriterKey};
+use crossbeam_channel::Sender;
+use std::collections::BTreeMap;
+use weir_checkpoint::{
+    AckStats, Action, CheckpointKind, CheckpointStorage, Coordinator, CoordinatorConfig, Participants as CoordParticipants, TaskKey,
+};
+use weir_core::checkpoint::OperatorSnapshot;
+use weir_core::ids::CheckpointId;
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -108,56 +117,183 @@ struct Running {
     subtask: usize,
     parallelism: usize,
     is_source: bool,
+    key: TaskKey,
     progress: Arc<AtomicU64>,
+    commands: Sender<TaskCommand>,
+}
+
+/// What one attempt of the job ended with.
+struct Attempt {
+    result: Result<Vec<TaskStats>>,
+    /// The latest checkpoint completed during the attempt.
+    completed: Option<CheckpointId>,
 }
 
 fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
     let started = Instant::now();
-    let specs = task_specs(&job)?;
-    let (done_tx, done_rx) =
-        crossbeam_channel::unbounded::<(usize, std::thread::Result<Result<u64>>)>();
-    let mut running = Vec::new();
+    let storage = match &job.cfg.checkpoint {
+        Some(c) => Some(CheckpointStorage::open(&c.dir).map_err(|e| Error::Config(e.to_string()))?),
+        None => None,
+    };
+    let mut attempt = 0u32;
+    let mut explicit = job.cfg.checkpoint.as_ref().and_then(|c| c.restore_from.clone());
+    loop {
+        let mut restore = RestoreMap::new();
+        let mut first_id = CheckpointId(1);
+        if let Some(storage) = &storage {
+            if let Some((manifest, path)) = checkpoints::find_restore(storage, explicit.as_deref())? {
+                eprintln!(
+                    "[weir] job '{name}': resuming from {} {} ({})",
+                    manifest.kind,
+                    manifest.checkpoint_id,
+                    path.display()
+                );
+                tracing::info!(checkpoint = %manifest.checkpoint_id, path = %path.display(), "restoring");
+                restore = checkpoints::restore_map(storage, &manifest, &path, &job.graph, &job.plan, job.cfg.max_parallelism)?;
+            }
+            first_id = storage.next_id().map_err(|e| Error::Config(e.to_string()))?;
+        }
+        let outcome = run_attempt(name, &job, storage.as_ref(), restore, first_id, started)?;
+        match outcome.result {
+            Ok(tasks) => return Ok(JobResult { name: name.to_string(), elapsed: started.elapsed(), tasks }),
+            Err(e) if job.cancel.load(Ordering::SeqCst) => return Err(e),
+            Err(e) => {
+                let Some(cfg) = &job.cfg.checkpoint else { return Err(e) };
+                if attempt >= cfg.restart.max_attempts {
+                    eprintln!("[weir] job '{name}' failed after {attempt} restarts: {e}");
+                    return Err(e);
+                }
+                attempt += 1;
+                let delay = backoff(&cfg.restart, attempt);
+                eprintln!(
+                    "[weir] job '{name}' failed: {e}; restarting from the last complete checkpoint \
+                     (attempt {attempt} of {}) in {} ms",
+                    cfg.restart.max_attempts,
+                    delay.as_millis()
+                );
+                // After a restart, resume from the newest checkpoint, not an explicit old one.
+                if outcome.completed.is_some() {
+                    explicit = None;
+                }
+                let deadline = Instant::now() + delay;
+                while Instant::now() < deadline {
+                    if job.cancel.load(Ordering::SeqCst) {
+                        return Err(Error::Cancelled);
+                    }
+                    std::thread::sleep(Duration::from_millis(10).min(deadline - Instant::now()));
+                }
+            }
+        }
+    }
+}
+
+/// Full-jitter exponential backoff: a random delay in `[0, min(max, base * 2^attempt)]`.
+fn backoff(s: &crate::RestartStrategy, attempt: u32) -> Duration {
+    let cap = s.initial_backoff.saturating_mul(1u32 << attempt.min(20)).min(s.max_backoff);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let mut x = (nanos as u64) ^ 0x9E37_79B9_7F4A_7C15 ^ ((attempt as u64) << 32);
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    Duration::from_nanos(x % (cap.as_nanos() as u64).max(1))
+}
+
+fn run_attempt(
+    name: &str,
+    job: &Arc<JobShared>,
+    storage: Option<&CheckpointStorage>,
+    mut restore: RestoreMap,
+    first_id: CheckpointId,
+    started: Instant,
+) -> Result<Attempt> {
+    let cancel = Arc::new(AtomicBool::new(false));
+    let (events_tx, events_rx) = crossbeam_channel::unbounded::<TaskEvent>();
+    let specs = task_specs(job, &cancel, &events_tx, &mut restore)?;
+    drop(events_tx);
+    let mut running: Vec<Running> = Vec::new();
     let mut threads = Vec::new();
-    for (i, spec) in specs.into_iter().enumerate() {
+    for (spec, commands) in specs {
         let node = &job.graph.nodes[spec.head];
         running.push(Running {
             name: node.name.clone(),
             subtask: spec.subtask,
             parallelism: job.plan.parallelism[spec.head],
             is_source: node.kind == NodeKind::Source,
+            key: TaskKey::new(spec.head, spec.subtask),
             progress: spec.progress.clone(),
+            commands,
         });
         let job = job.clone();
-        let done = done_tx.clone();
+        let cancel = cancel.clone();
+        let events = spec.events.clone();
+        let index = spec.index;
         let t = std::thread::Builder::new()
             .name(format!("weir-{}-{}", node.name, spec.subtask))
             .spawn(move || {
                 let r = catch_unwind(AssertUnwindSafe(|| task::run(&job, spec)));
                 if matches!(r, Ok(Err(ref e)) if !e.is_secondary()) || r.is_err() {
-                    job.cancel.store(true, Ordering::SeqCst);
+                    cancel.store(true, Ordering::SeqCst);
                 }
-                let _ = done.send((i, r));
+                let _ = events.send(TaskEvent::Done { task: index, result: r });
             })
             .map_err(|e| Error::io("spawning a task thread", e))?;
         threads.push(t);
     }
-    drop(done_tx);
+    let mut coordinator = match &job.cfg.checkpoint {
+        Some(c) => {
+            let sources = running.iter().filter(|t| t.is_source).map(|t| t.key);
+            let others = running.iter().filter(|t| !t.is_source).map(|t| t.key);
+            let cc = CoordinatorConfig { interval: c.interval, min_pause: c.min_pause, timeout: c.timeout, max_concurrent: 1 };
+            Some(
+                Coordinator::<BTreeMap<String, OperatorSnapshot>>::new(cc, CoordParticipants::new(sources, others), first_id)
+                    .map_err(|e| Error::Config(e.to_string()))?,
+            )
+        }
+        None => None,
+    };
+    let by_key: HashMap<TaskKey, usize> = running.iter().enumerate().map(|(i, t)| (t.key, i)).collect();
     let progress = job.cfg.progress_interval;
     let mut next_progress = progress.map(|p| Instant::now() + p);
     let mut stats: Vec<Option<u64>> = vec![None; running.len()];
     let mut first_error: Option<Error> = None;
     let mut secondary: Option<Error> = None;
     let mut remaining = running.len();
+    let mut sources_left: usize = running.iter().filter(|t| t.is_source).count();
+    let mut completed: Option<CheckpointId> = None;
+    let mut finished_sources = std::collections::HashSet::new();
     while remaining > 0 {
-        let wait = next_progress
-            .map(|t| t.saturating_duration_since(Instant::now()))
-            .unwrap_or(Duration::from_secs(3600));
-        match done_rx.recv_timeout(wait) {
-            Ok((i, r)) => {
+        let now = Instant::now();
+        let mut wake = now + Duration::from_millis(50);
+        if let Some(t) = next_progress {
+            wake = wake.min(t);
+        }
+        if let Some(d) = coordinator.as_ref().and_then(|c| c.next_deadline()) {
+            wake = wake.min(d);
+        }
+        let mut actions = Vec::new();
+        match events_rx.recv_timeout(wake.saturating_duration_since(now)) {
+            Ok(TaskEvent::Ack { task, id, snapshot, alignment, sync }) => {
+                if let Some(c) = coordinator.as_mut() {
+                    let bytes = snapshot.values().map(|s| s.bytes() as u64).sum();
+                    let st = AckStats { bytes, alignment, sync, async_: Duration::ZERO };
+                    actions.extend(c.ack(Instant::now(), running[task].key, id, snapshot, st));
+                }
+            }
+            Ok(TaskEvent::SourceFinished { task }) => {
+                if finished_sources.insert(task) {
+                    sources_left = sources_left.saturating_sub(1);
+                }
+                if sources_left == 0
+                    && let Some(c) = coordinator.as_mut()
+                {
+                    actions.extend(c.trigger_now(Instant::now(), CheckpointKind::Final));
+                }
+            }
+            Ok(TaskEvent::Done { task, result }) => {
                 remaining -= 1;
-                let t = &running[i];
-                match r {
-                    Ok(Ok(n)) => stats[i] = Some(n),
+                let t = &running[task];
+                match result {
+                    Ok(Ok(n)) => stats[task] = Some(n),
                     Ok(Err(e)) if e.is_secondary() => {
                         secondary.get_or_insert(e);
                     }
@@ -174,24 +310,76 @@ fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
                         first_error.get_or_insert(e);
                     }
                 }
-            }
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                if let (Some(p), Some(_)) = (progress, next_progress) {
-                    print_progress(name, &running, started);
-                    next_progress = Some(Instant::now() + p);
+                if stats[task].is_none()
+                    && let Some(c) = coordinator.as_mut()
+                {
+                    actions.extend(c.task_failed(Instant::now(), t.key));
                 }
             }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+        }
+        if job.cancel.load(Ordering::SeqCst) {
+            cancel.store(true, Ordering::SeqCst);
+        }
+        if let (Some(p), Some(t)) = (progress, next_progress)
+            && Instant::now() >= t
+        {
+            print_progress(name, &running, started);
+            next_progress = Some(Instant::now() + p);
+        }
+        let Some(c) = coordinator.as_mut() else { continue };
+        if !cancel.load(Ordering::SeqCst) {
+            actions.extend(c.tick(Instant::now()));
+        }
+        let mut queue: std::collections::VecDeque<_> = actions.into();
+        while let Some(action) = queue.pop_front() {
+            match action {
+                Action::Trigger { id, sources, .. } => {
+                    for k in sources {
+                        let _ = running[by_key[&k]].commands.send(TaskCommand::Trigger(id));
+                    }
+                }
+                Action::Complete { id, kind, acks, stats } => {
+                    let storage = storage.expect("checkpointing has storage");
+                    failpoint::hit("checkpoint.before_metadata");
+                    match checkpoints::write_checkpoint(storage, name, &job.graph, &job.plan, job.cfg.max_parallelism, id, kind, acks, &stats) {
+                        Ok(path) => {
+                            tracing::info!(checkpoint = %id, bytes = stats.bytes, duration_ms = stats.duration.as_millis() as u64, path = %path.display(), "checkpoint complete");
+                            failpoint::hit("checkpoint.after_metadata");
+                            queue.extend(c.completed(Instant::now(), id));
+                        }
+                        Err(e) => {
+                            tracing::warn!(checkpoint = %id, error = %e, "writing the checkpoint failed");
+                            queue.extend(c.completion_failed(Instant::now(), id, e.to_string()));
+                        }
+                    }
+                }
+                Action::Notify { id, .. } => {
+                    completed = Some(id);
+                    for t in &running {
+                        let _ = t.commands.send(TaskCommand::Complete(id));
+                    }
+                    if let Some(cfg) = &job.cfg.checkpoint
+                        && let Err(e) = storage.expect("storage").retain(cfg.retain)
+                    {
+                        tracing::warn!(error = %e, "removing old checkpoints failed");
+                    }
+                }
+                Action::Abort { id, reason, .. } => {
+                    tracing::info!(checkpoint = %id, %reason, "checkpoint aborted");
+                    for t in &running {
+                        let _ = t.commands.send(TaskCommand::Abort(id));
+                    }
+                }
+            }
         }
     }
     for t in threads {
         let _ = t.join();
     }
-    if let Some(e) = first_error {
-        return Err(e);
-    }
-    if let Some(e) = secondary {
-        return Err(e);
+    if let Some(e) = first_error.or(secondary) {
+        return Ok(Attempt { result: Err(e), completed });
     }
     if progress.is_some() {
         print_progress(name, &running, started);
@@ -199,18 +387,9 @@ fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
     let tasks = running
         .into_iter()
         .zip(stats)
-        .map(|(t, n)| TaskStats {
-            name: t.name,
-            subtask: t.subtask,
-            records: n.unwrap_or(0),
-            is_source: t.is_source,
-        })
+        .map(|(t, n)| TaskStats { name: t.name, subtask: t.subtask, records: n.unwrap_or(0), is_source: t.is_source })
         .collect();
-    Ok(JobResult {
-        name: name.to_string(),
-        elapsed: started.elapsed(),
-        tasks,
-    })
+    Ok(Attempt { result: Ok(tasks), completed })
 }
 
 fn print_progress(name: &str, running: &[Running], started: Instant) {
@@ -231,7 +410,12 @@ fn print_progress(name: &str, running: &[Running], started: Instant) {
     );
 }
 
-fn task_specs(job: &JobShared) -> Result<Vec<TaskSpec>> {
+fn task_specs(
+    job: &JobShared,
+    cancel: &Arc<AtomicBool>,
+    events: &Sender<TaskEvent>,
+    restore: &mut RestoreMap,
+) -> Result<Vec<(TaskSpec, Sender<TaskCommand>)>> {
     let (graph, plan, cfg) = (&job.graph, &job.plan, &job.cfg);
     let xcfg = ExchangeConfig {
         batch_size: cfg.batch_size,
@@ -239,18 +423,37 @@ fn task_specs(job: &JobShared) -> Result<Vec<TaskSpec>> {
         flush_interval_ms: cfg.flush_interval.as_millis() as i64,
         max_parallelism: cfg.max_parallelism,
     };
-    let mut specs: HashMap<(usize, usize), TaskSpec> = HashMap::new();
+    let mut specs: HashMap<(usize, usize), (TaskSpec, Sender<TaskCommand>)> = HashMap::new();
     for &h in &plan.heads {
         for s in 0..plan.parallelism[h] {
+            let (ctx, crx) = crossbeam_channel::unbounded();
+            // The restored state of every node of this task's chain, for this subtask.
+            let mut chain_restore = HashMap::new();
+            for n in 0..graph.nodes.len() {
+                if plan.head_of[n] == h
+                    && let Some(per) = restore.get_mut(&n)
+                    && s < per.len()
+                {
+                    chain_restore.insert(n, std::mem::take(&mut per[s]));
+                }
+            }
             specs.insert(
                 (h, s),
-                TaskSpec {
-                    head: h,
-                    subtask: s,
-                    writers: HashMap::new(),
-                    readers: (0..graph.nodes[h].inputs.len()).map(|_| None).collect(),
-                    progress: Arc::new(AtomicU64::new(0)),
-                },
+                (
+                    TaskSpec {
+                        index: 0,
+                        head: h,
+                        subtask: s,
+                        writers: HashMap::new(),
+                        readers: (0..graph.nodes[h].inputs.len()).map(|_| None).collect(),
+                        progress: Arc::new(AtomicU64::new(0)),
+                        commands: crx,
+                        events: events.clone(),
+                        cancel: cancel.clone(),
+                        restore: chain_restore,
+                    },
+                    ctx,
+                ),
             );
         }
     }
@@ -261,25 +464,22 @@ fn task_specs(job: &JobShared) -> Result<Vec<TaskSpec>> {
         }
         for (gate, edge) in node.inputs.iter().enumerate() {
             let f = edge.from.0;
-            let set = edge
-                .exchange
-                .channels(plan.parallelism[f], plan.parallelism[c], xcfg);
+            let set = edge.exchange.channels(plan.parallelism[f], plan.parallelism[c], xcfg);
             for (p, w) in set.writers.into_iter().enumerate() {
                 let key: WriterKey = (f, edge.port, c, gate);
-                let spec = specs
-                    .get_mut(&(plan.head_of[f], p))
-                    .ok_or_else(|| Error::Config("internal: no task".into()))?;
+                let (spec, _) = specs.get_mut(&(plan.head_of[f], p)).ok_or_else(|| Error::Config("internal: no task".into()))?;
                 spec.writers.insert(key, w);
             }
             for (s, r) in set.readers.into_iter().enumerate() {
-                let spec = specs
-                    .get_mut(&(c, s))
-                    .ok_or_else(|| Error::Config("internal: no task".into()))?;
+                let (spec, _) = specs.get_mut(&(c, s)).ok_or_else(|| Error::Config("internal: no task".into()))?;
                 spec.readers[gate] = Some(r);
             }
         }
     }
-    let mut out: Vec<TaskSpec> = specs.into_values().collect();
-    out.sort_by_key(|s| (s.head, s.subtask));
+    let mut out: Vec<(TaskSpec, Sender<TaskCommand>)> = specs.into_values().collect();
+    out.sort_by_key(|(s, _)| (s.head, s.subtask));
+    for (i, (s, _)) in out.iter_mut().enumerate() {
+        s.index = i;
+    }
     Ok(out)
 }

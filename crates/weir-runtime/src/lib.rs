@@ -6,10 +6,12 @@
 //! It must not contain operator logic (that is weir-core's) or storage (weir-state's).
 #![deny(missing_docs)]
 
+mod checkpoints;
 mod config;
+mod failpoint;
 mod job;
 mod plan;
 mod task;
 
-pub use config::JobConfig;
+pub use config::{CheckpointConfig, JobConfig, RestartStrategy};
 pub use job::{JobHandle, JobResult, TaskStats, execute, start};

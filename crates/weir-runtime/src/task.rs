@@ -1,20 +1,26 @@
 //! One task: a chain of operators for one subtask, built and run on its own thread.
 //!
-//! A source task polls its source and ticks; an operator task selects over its input
-//! channels, tracks watermarks per channel, and forwards control events through the
-//! chain. Both check the job's cancellation flag between batches, and both end by sending
-//! the maximum watermark and end-of-input downstream.
+//! A source task polls its source, ticks, and injects checkpoint barriers when the
+//! coordinator triggers them; an operator task selects over its input channels and its
+//! command channel, tracks watermarks per channel, aligns barriers (exactly-once: a channel
+//! that delivered barrier `n` is not read again until every channel has), snapshots its
+//! operators and forwards the barrier. Both check the cancellation flag between batches,
+//! and both end by sending the maximum watermark and end-of-input downstream. With
+//! checkpoints on, a finished source waits for a final checkpoint to complete before it
+//! ends its output, so sinks commit everything.
 
 use crate::JobConfig;
 use crate::plan::Plan;
-use crossbeam_channel::Select;
+use crossbeam_channel::{Receiver, Select, Sender};
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use weir_core::checkpoint::{OperatorSnapshot, Participants, RestoreState};
 use weir_core::exchange::{GateEvent, InputGate};
 use weir_core::graph::{BuildContext, Built, ControlSink, Graph, SourceStatus, SourceTask};
+use weir_core::ids::CheckpointId;
 use weir_core::output::Control;
 use weir_core::time::MAX_WATERMARK;
 use weir_core::watermark::WatermarkTracker;
@@ -23,13 +29,46 @@ use weir_core::{Error, Result};
 /// Key of a writer: (producer node, port, consumer node, consumer gate).
 pub(crate) type WriterKey = (usize, usize, usize, usize);
 
+/// What the job thread tells a task.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TaskCommand {
+    /// Sources: inject barrier `n` now.
+    Trigger(CheckpointId),
+    /// Checkpoint `n` is complete.
+    Complete(CheckpointId),
+    /// Checkpoint `n` was aborted.
+    Abort(CheckpointId),
+}
+
+/// What a task tells the job thread.
+pub(crate) enum TaskEvent {
+    /// The task snapshotted its operators for checkpoint `id`.
+    Ack {
+        task: usize,
+        id: CheckpointId,
+        snapshot: BTreeMap<String, OperatorSnapshot>,
+        alignment: Duration,
+        sync: Duration,
+    },
+    /// A source task read all of its input (checkpointing jobs only).
+    SourceFinished { task: usize },
+    /// The task ended.
+    Done { task: usize, result: std::thread::Result<Result<u64>> },
+}
+
 /// Everything a task thread needs.
 pub(crate) struct TaskSpec {
+    pub index: usize,
     pub head: usize,
     pub subtask: usize,
     pub writers: HashMap<WriterKey, Box<dyn Any + Send>>,
     pub readers: Vec<Option<Box<dyn Any + Send>>>,
     pub progress: Arc<AtomicU64>,
+    pub commands: Receiver<TaskCommand>,
+    pub events: Sender<TaskEvent>,
+    pub cancel: Arc<AtomicBool>,
+    /// Restored state of the nodes of this task's chain, by node index.
+    pub restore: HashMap<usize, RestoreState>,
 }
 
 /// Shared, read-only job context.
@@ -37,85 +76,189 @@ pub(crate) struct JobShared {
     pub graph: Graph,
     pub plan: Plan,
     pub cfg: JobConfig,
+    /// Set by the user (JobHandle::cancel): stop the job for good.
     pub cancel: AtomicBool,
 }
 
 /// Wall-clock time in ms since the Unix epoch.
 pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
-fn build_node(
-    job: &JobShared,
-    node: usize,
+struct Builder<'a> {
+    job: &'a JobShared,
     subtask: usize,
-    writers: &mut HashMap<WriterKey, Box<dyn Any + Send>>,
-) -> Result<Built> {
-    let spec = &job.graph.nodes[node];
-    let mut outputs = Vec::with_capacity(spec.outputs.len());
-    for (port, port_type) in spec.outputs.iter().enumerate() {
-        let mut list = Vec::new();
-        for c in &job.plan.consumers[node][port] {
-            if job.plan.chained[c.node] {
-                match build_node(job, c.node, subtask, writers)? {
-                    Built::Operator { mut inputs, .. } => list.push(inputs.swap_remove(0)),
-                    Built::Source(_) => {
-                        return Err(Error::Config("internal: a source cannot be chained".into()));
+    writers: &'a mut HashMap<WriterKey, Box<dyn Any + Send>>,
+    restore: &'a HashMap<usize, RestoreState>,
+    participants: &'a Participants,
+}
+
+impl Builder<'_> {
+    fn build_node(&mut self, node: usize) -> Result<Built> {
+        let job = self.job;
+        let spec = &job.graph.nodes[node];
+        let mut outputs = Vec::with_capacity(spec.outputs.len());
+        for (port, port_type) in spec.outputs.iter().enumerate() {
+            let mut list = Vec::new();
+            for c in &job.plan.consumers[node][port] {
+                if job.plan.chained[c.node] {
+                    match self.build_node(c.node)? {
+                        Built::Operator { mut inputs, .. } => list.push(inputs.swap_remove(0)),
+                        Built::Source(_) => return Err(Error::Config("internal: a source cannot be chained".into())),
                     }
+                } else {
+                    let w = self
+                        .writers
+                        .remove(&(node, port, c.node, c.gate))
+                        .ok_or_else(|| Error::Config("internal: missing channel writer".into()))?;
+                    list.push(port_type.from_writer(w));
                 }
-            } else {
-                let w = writers
-                    .remove(&(node, port, c.node, c.gate))
-                    .ok_or_else(|| Error::Config("internal: missing channel writer".into()))?;
-                list.push(port_type.from_writer(w));
             }
+            outputs.push(port_type.fan_out(list));
         }
-        outputs.push(port_type.fan_out(list));
+        let restore = self.restore.get(&node);
+        let backend = job.cfg.state_backend;
+        let max = job.cfg.max_parallelism;
+        let keyed = restore.map(|r| r.keyed.clone()).unwrap_or_default();
+        let make_backend = move || backend.create(max, keyed.clone());
+        let operator_id = spec.operator_id();
+        let ctx = BuildContext {
+            name: &spec.name,
+            subtask: self.subtask,
+            parallelism: job.plan.parallelism[node],
+            max_parallelism: max,
+            state_backend: &make_backend,
+            operator_id: &operator_id,
+            participants: self.participants,
+            restore,
+            checkpointing: job.cfg.checkpoint.is_some(),
+        };
+        spec.factory.build(&ctx, outputs)
     }
-    let backend = job.cfg.state_backend;
-    let make_backend = move || backend.create();
-    let ctx = BuildContext {
-        name: &spec.name,
-        subtask,
-        parallelism: job.plan.parallelism[node],
-        max_parallelism: job.cfg.max_parallelism,
-        state_backend: &make_backend,
-    };
-    spec.factory.build(&ctx, outputs)
+}
+
+/// Checkpoint bookkeeping of one task.
+struct Checkpoints<'a> {
+    spec: &'a TaskSpec,
+    participants: Participants,
+    /// The last checkpoint this task snapshotted.
+    last_snapshot: Option<CheckpointId>,
+    /// The last checkpoint this task was told completed.
+    last_complete: Option<CheckpointId>,
+}
+
+impl Checkpoints<'_> {
+    fn snapshot(&mut self, id: CheckpointId, alignment: Duration) -> Result<()> {
+        let t0 = Instant::now();
+        let snapshot = self.participants.snapshot(id)?;
+        self.last_snapshot = Some(id);
+        let _ = self.spec.events.send(TaskEvent::Ack {
+            task: self.spec.index,
+            id,
+            snapshot,
+            alignment,
+            sync: t0.elapsed(),
+        });
+        Ok(())
+    }
+
+    fn on_command(&mut self, cmd: TaskCommand) -> Result<()> {
+        match cmd {
+            TaskCommand::Complete(id) => {
+                self.participants.notify_complete(id)?;
+                self.last_complete = Some(id);
+            }
+            TaskCommand::Abort(id) => self.participants.notify_aborted(id)?,
+            TaskCommand::Trigger(_) => {}
+        }
+        Ok(())
+    }
+
+    /// True while a snapshot this task took is not known to be complete.
+    fn awaiting_completion(&self) -> bool {
+        match (self.last_snapshot, self.last_complete) {
+            (Some(s), Some(c)) => c < s,
+            (Some(_), None) => true,
+            _ => false,
+        }
+    }
 }
 
 /// Builds and runs one task to completion.
 pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
-    let built = build_node(job, spec.head, spec.subtask, &mut spec.writers)?;
+    let participants = Participants::default();
+    let mut writers = std::mem::take(&mut spec.writers);
+    let built = Builder {
+        job,
+        subtask: spec.subtask,
+        writers: &mut writers,
+        restore: &spec.restore,
+        participants: &participants,
+    }
+    .build_node(spec.head)?;
+    let mut readers = std::mem::take(&mut spec.readers);
+    let mut ck = Checkpoints { spec: &spec, participants, last_snapshot: None, last_complete: None };
     match built {
-        Built::Source(src) => run_source(job, src, &spec.progress),
+        Built::Source(src) => run_source(job, src, &mut ck),
         Built::Operator { inputs, control } => {
             let node = &job.graph.nodes[spec.head];
             let mut gates: Vec<Box<dyn InputGate>> = Vec::with_capacity(inputs.len());
-            for ((edge, input), readers) in
-                node.inputs.iter().zip(inputs).zip(spec.readers.iter_mut())
-            {
-                let readers = readers
-                    .take()
-                    .ok_or_else(|| Error::Config("internal: missing readers".into()))?;
+            for ((edge, input), readers) in node.inputs.iter().zip(inputs).zip(readers.iter_mut()) {
+                let readers = readers.take().ok_or_else(|| Error::Config("internal: missing readers".into()))?;
                 gates.push(edge.exchange.bind(readers, input)?);
             }
-            run_operator(job, gates, control, &spec.progress)
+            run_operator(job, gates, control, &mut ck)
         }
     }
 }
 
-fn run_source(job: &JobShared, mut src: Box<dyn SourceTask>, progress: &AtomicU64) -> Result<u64> {
-    let mut last_tick = 0;
+fn cancelled(ck: &Checkpoints<'_>) -> bool {
+    ck.spec.cancel.load(Ordering::Relaxed)
+}
+
+fn run_source(job: &JobShared, mut src: Box<dyn SourceTask>, ck: &mut Checkpoints<'_>) -> Result<u64> {
+    let checkpointing = job.cfg.checkpoint.is_some();
+    // Tick once before the first record, so that operators know the processing time from
+    // the start (KeyedContext::current_processing_time would read 0 until the first tick).
+    let mut last_tick = now_ms();
+    src.control(Control::Tick(last_tick))?;
+    let mut finished = false;
+    // After the input ended: the first barrier injected then, whose completion ends us.
+    let mut final_barrier: Option<CheckpointId> = None;
     loop {
-        if job.cancel.load(Ordering::Relaxed) {
+        if cancelled(ck) {
             return Err(Error::Cancelled);
         }
+        let cmd = if finished {
+            match ck.spec.commands.recv_timeout(Duration::from_millis(10)) {
+                Ok(c) => Some(c),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Err(Error::Cancelled),
+            }
+        } else {
+            ck.spec.commands.try_recv().ok()
+        };
+        if let Some(cmd) = cmd {
+            if let TaskCommand::Trigger(id) = cmd {
+                ck.snapshot(id, Duration::ZERO)?;
+                src.control(Control::Barrier(id))?;
+                if finished && final_barrier.is_none() {
+                    final_barrier = Some(id);
+                }
+            }
+            ck.on_command(cmd)?;
+            if let (Some(f), Some(c)) = (final_barrier, ck.last_complete)
+                && c >= f
+            {
+                break;
+            }
+            continue;
+        }
+        if finished {
+            continue;
+        }
         let status = src.poll()?;
-        progress.store(src.emitted(), Ordering::Relaxed);
+        ck.spec.progress.store(src.emitted(), Ordering::Relaxed);
         let now = now_ms();
         if now != last_tick {
             last_tick = now;
@@ -124,10 +267,16 @@ fn run_source(job: &JobShared, mut src: Box<dyn SourceTask>, progress: &AtomicU6
         match status {
             SourceStatus::More => {}
             SourceStatus::Idle(ms) => std::thread::sleep(Duration::from_millis(ms.clamp(1, 50))),
-            SourceStatus::Finished => break,
+            SourceStatus::Finished => {
+                src.control(Control::Watermark(MAX_WATERMARK))?;
+                if !checkpointing {
+                    break;
+                }
+                finished = true;
+                let _ = ck.spec.events.send(TaskEvent::SourceFinished { task: ck.spec.index });
+            }
         }
     }
-    src.control(Control::Watermark(MAX_WATERMARK))?;
     src.control(Control::End)?;
     Ok(src.emitted())
 }
@@ -146,89 +295,188 @@ impl ControlTarget<'_> {
     }
 }
 
+/// Barrier alignment of one operator task (sans-IO).
+struct Aligner {
+    exactly_once: bool,
+    pending: Option<(CheckpointId, Instant)>,
+    arrived: Vec<bool>,
+    last: Option<CheckpointId>,
+}
+
+enum Aligned {
+    /// Nothing to do yet.
+    Wait,
+    /// Barrier `id` arrived on every open channel.
+    Complete(CheckpointId, Duration),
+}
+
+impl Aligner {
+    fn new(channels: usize, exactly_once: bool) -> Self {
+        Aligner { exactly_once, pending: None, arrived: vec![false; channels], last: None }
+    }
+
+    /// True when `flat` must not be read (it is blocked by alignment).
+    fn blocked(&self, flat: usize) -> bool {
+        self.exactly_once && self.arrived[flat]
+    }
+
+    fn check(&mut self, ended: &[bool]) -> Aligned {
+        let Some((id, started)) = self.pending else { return Aligned::Wait };
+        if self.arrived.iter().zip(ended).all(|(a, e)| *a || *e) {
+            self.pending = None;
+            self.last = Some(id);
+            self.arrived.iter_mut().for_each(|a| *a = false);
+            return Aligned::Complete(id, started.elapsed());
+        }
+        Aligned::Wait
+    }
+
+    fn on_barrier(&mut self, flat: usize, id: CheckpointId, ended: &[bool]) -> Aligned {
+        if self.last.is_some_and(|l| id <= l) {
+            return Aligned::Wait;
+        }
+        match self.pending {
+            Some((p, _)) if id < p => return Aligned::Wait,
+            Some((p, _)) if id > p => {
+                // A newer barrier subsumes the one being aligned.
+                self.arrived.iter_mut().for_each(|a| *a = false);
+                self.pending = Some((id, Instant::now()));
+            }
+            Some(_) => {}
+            None => self.pending = Some((id, Instant::now())),
+        }
+        self.arrived[flat] = true;
+        self.check(ended)
+    }
+
+    fn on_abort(&mut self, id: CheckpointId) {
+        if self.pending.is_some_and(|(p, _)| p == id) {
+            self.pending = None;
+            self.arrived.iter_mut().for_each(|a| *a = false);
+        }
+    }
+}
+
 fn run_operator(
     job: &JobShared,
     gates: Vec<Box<dyn InputGate>>,
     control: Option<Box<dyn ControlSink>>,
-    progress: &AtomicU64,
+    ck: &mut Checkpoints<'_>,
 ) -> Result<u64> {
+    let exactly_once = job.cfg.checkpoint.as_ref().is_none_or(|c| c.exactly_once);
     let mut target = match control {
         Some(c) => ControlTarget::Sink(c),
         None => ControlTarget::Gate(&*gates[0]),
     };
     // Flat channel index -> (gate, channel within the gate).
-    let channels: Vec<(usize, usize)> = gates
-        .iter()
-        .enumerate()
-        .flat_map(|(g, gate)| (0..gate.len()).map(move |c| (g, c)))
-        .collect();
+    let channels: Vec<(usize, usize)> =
+        gates.iter().enumerate().flat_map(|(g, gate)| (0..gate.len()).map(move |c| (g, c))).collect();
     let mut tracker = WatermarkTracker::new(channels.len());
+    let mut aligner = Aligner::new(channels.len(), exactly_once);
     let mut ended = vec![false; channels.len()];
     let mut open = channels.len();
     let mut idle = false;
     let mut records = 0u64;
-    let mut last_tick = 0;
-    let mut active: Vec<usize> = (0..channels.len()).collect();
+    // As in run_source: the processing time is known before the first record.
+    let mut last_tick = now_ms();
+    target.send(Control::Tick(last_tick))?;
+    let commands = ck.spec.commands.clone();
     while open > 0 {
-        if job.cancel.load(Ordering::Relaxed) {
+        if cancelled(ck) {
             return Err(Error::Cancelled);
         }
-        let selected = {
+        enum Got {
+            Gate(usize, GateEvent),
+            Command(TaskCommand),
+        }
+        let got = {
             let mut sel = Select::new();
-            for &flat in &active {
-                let (g, c) = channels[flat];
-                gates[g].select(&mut sel, c);
+            let mut index = Vec::with_capacity(channels.len());
+            for (flat, &(g, c)) in channels.iter().enumerate() {
+                if !ended[flat] && !aligner.blocked(flat) {
+                    gates[g].select(&mut sel, c);
+                    index.push(flat);
+                }
             }
+            let cmd_index = sel.recv(&commands);
             match sel.select_timeout(Duration::from_millis(10)) {
+                Ok(op) if op.index() == cmd_index => match op.recv(&commands) {
+                    Ok(cmd) => Some(Got::Command(cmd)),
+                    Err(_) => return Err(Error::Cancelled),
+                },
                 Ok(op) => {
-                    let flat = active[op.index()];
+                    let flat = index[op.index()];
                     let (g, c) = channels[flat];
-                    Some((flat, gates[g].complete(c, op)?))
+                    Some(Got::Gate(flat, gates[g].complete(c, op)?))
                 }
                 Err(_) => None,
             }
         };
-        if let Some((flat, event)) = selected {
-            match event {
-                GateEvent::Records(n) => {
-                    records += n as u64;
-                    progress.store(records, Ordering::Relaxed);
-                    tracker.on_record(flat);
+        let mut aligned = Aligned::Wait;
+        match got {
+            Some(Got::Command(cmd)) => {
+                if let TaskCommand::Abort(id) = cmd {
+                    aligner.on_abort(id);
                 }
-                GateEvent::Watermark(w) => {
-                    if let Some(wm) = tracker.on_watermark(flat, w) {
-                        target.send(Control::Watermark(wm))?;
+                ck.on_command(cmd)?;
+            }
+            Some(Got::Gate(flat, event)) => {
+                match event {
+                    GateEvent::Records(n) => {
+                        records += n as u64;
+                        ck.spec.progress.store(records, Ordering::Relaxed);
+                        tracker.on_record(flat);
+                    }
+                    GateEvent::Watermark(w) => {
+                        if let Some(wm) = tracker.on_watermark(flat, w) {
+                            target.send(Control::Watermark(wm))?;
+                        }
+                    }
+                    GateEvent::Idle(i) => {
+                        if let Some(wm) = tracker.on_idle(flat, i) {
+                            target.send(Control::Watermark(wm))?;
+                        }
+                    }
+                    GateEvent::Barrier(id) => aligned = aligner.on_barrier(flat, id, &ended),
+                    GateEvent::End => {
+                        ended[flat] = true;
+                        open -= 1;
+                        if let Some(wm) = tracker.on_end(flat) {
+                            target.send(Control::Watermark(wm))?;
+                        }
+                        aligned = aligner.check(&ended);
+                    }
+                    GateEvent::Disconnected => {
+                        return Err(Error::ChannelClosed("an upstream subtask stopped without finishing".into()));
                     }
                 }
-                GateEvent::Idle(i) => {
-                    if let Some(wm) = tracker.on_idle(flat, i) {
-                        target.send(Control::Watermark(wm))?;
-                    }
-                }
-                GateEvent::End => {
-                    ended[flat] = true;
-                    open -= 1;
-                    active.retain(|&f| f != flat);
-                    if let Some(wm) = tracker.on_end(flat) {
-                        target.send(Control::Watermark(wm))?;
-                    }
-                }
-                GateEvent::Disconnected => {
-                    return Err(Error::ChannelClosed(
-                        "an upstream subtask stopped without finishing".into(),
-                    ));
+                let now_idle = tracker.all_idle();
+                if now_idle != idle {
+                    idle = now_idle;
+                    target.send(Control::Idle(idle))?;
                 }
             }
-            let now_idle = tracker.all_idle();
-            if now_idle != idle {
-                idle = now_idle;
-                target.send(Control::Idle(idle))?;
-            }
+            None => {}
+        }
+        if let Aligned::Complete(id, alignment) = aligned {
+            ck.snapshot(id, alignment)?;
+            target.send(Control::Barrier(id))?;
         }
         let now = now_ms();
         if now != last_tick {
             last_tick = now;
             target.send(Control::Tick(now))?;
+        }
+    }
+    // Sinks commit on completion: stay until the last snapshot is known complete.
+    while ck.awaiting_completion() {
+        if cancelled(ck) {
+            return Err(Error::Cancelled);
+        }
+        match commands.recv_timeout(Duration::from_millis(10)) {
+            Ok(cmd) => ck.on_command(cmd)?,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Err(Error::Cancelled),
         }
     }
     if tracker.current() < MAX_WATERMARK {

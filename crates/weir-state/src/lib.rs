@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use weir_core::Result;
+use weir_core::checkpoint::KeyGroupBlobs;
 use weir_core::state::{KeyedStateBackend, StateTableInfo, duplicate_state_name};
 
 /// Which keyed state backend a job uses.
@@ -36,10 +37,11 @@ impl BackendKind {
         }
     }
 
-    /// Creates a backend instance for one operator subtask.
-    pub fn create(self) -> Box<dyn KeyedStateBackend> {
+    /// Creates a backend instance for one operator subtask; `restore` holds the keyed
+    /// state (table name → entries per key group) it starts from.
+    pub fn create(self, max_parallelism: usize, restore: BTreeMap<String, KeyGroupBlobs>) -> Box<dyn KeyedStateBackend> {
         match self {
-            BackendKind::Memory => Box::new(MemoryBackend::default()),
+            BackendKind::Memory => Box::new(MemoryBackend::new(max_parallelism, restore)),
         }
     }
 }
@@ -54,12 +56,27 @@ impl BackendKind {
 /// let mut count = ctx.value_state::<u64>("count").unwrap();
 /// key.set(7);
 /// count.set(3).unwrap();
-/// assert_eq!(ctx.backend().entries(), 1);
+/// assert_eq!(ctx.entries(), 1);
 /// assert!(ctx.value_state::<u64>("count").is_err(), "names are unique per operator");
 /// ```
-#[derive(Default)]
 pub struct MemoryBackend {
     tables: BTreeMap<String, Rc<dyn StateTableInfo>>,
+    max_parallelism: usize,
+    restore: BTreeMap<String, KeyGroupBlobs>,
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        MemoryBackend::new(weir_core::data::DEFAULT_MAX_PARALLELISM, BTreeMap::new())
+    }
+}
+
+impl MemoryBackend {
+    /// A backend over `max_parallelism` key groups that loads `restore` into each table
+    /// when the table is registered.
+    pub fn new(max_parallelism: usize, restore: BTreeMap<String, KeyGroupBlobs>) -> Self {
+        MemoryBackend { tables: BTreeMap::new(), max_parallelism, restore }
+    }
 }
 
 impl KeyedStateBackend for MemoryBackend {
@@ -71,8 +88,15 @@ impl KeyedStateBackend for MemoryBackend {
         if self.tables.contains_key(name) {
             return Err(duplicate_state_name(name));
         }
+        if let Some(blobs) = self.restore.remove(name) {
+            table.restore(&blobs)?;
+        }
         self.tables.insert(name.to_string(), table);
         Ok(())
+    }
+
+    fn snapshot(&self) -> Result<BTreeMap<String, KeyGroupBlobs>> {
+        self.tables.iter().map(|(n, t)| Ok((n.clone(), t.snapshot(self.max_parallelism)?))).collect()
     }
 
     fn entries(&self) -> usize {

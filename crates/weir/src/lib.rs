@@ -24,14 +24,14 @@ pub use weir_core::{
     Error, Result, codec, data, dsl, error, exchange, graph, ids, ops, output, state, time, timer,
     watermark, window,
 };
-pub use weir_runtime::{JobConfig, JobHandle, JobResult, TaskStats};
+pub use weir_runtime::{CheckpointConfig, JobConfig, JobHandle, JobResult, RestartStrategy, TaskStats};
 pub use weir_state::BackendKind;
 
 /// Everything a pipeline author needs: `use weir::prelude::*;`.
 pub mod prelude {
     pub use crate::Env;
     pub use weir_core::prelude::*;
-    pub use weir_runtime::{JobConfig, JobHandle, JobResult};
+    pub use weir_runtime::{CheckpointConfig, JobConfig, JobHandle, JobResult};
     pub use weir_state::BackendKind;
 }
 
@@ -103,6 +103,13 @@ impl Env {
     pub fn exchange(mut self, batch_size: usize, channel_capacity: usize) -> Self {
         self.config.batch_size = batch_size;
         self.config.channel_capacity = channel_capacity;
+        self
+    }
+
+    /// Turns on checkpoints (and restarts from them after a failure); a job started with a
+    /// directory that holds a complete checkpoint of the same job resumes from it.
+    pub fn checkpoints(mut self, config: CheckpointConfig) -> Self {
+        self.config.checkpoint = Some(config);
         self
     }
 

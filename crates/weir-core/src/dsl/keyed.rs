@@ -40,7 +40,9 @@ impl<K, T> Clone for KeyedStream<K, T> {
 
 /// Creates the state context of a keyed operator subtask.
 pub(crate) fn state_context<K: Key>(ctx: &crate::graph::BuildContext<'_>) -> StateContext<K> {
-    StateContext::new(KeyContext::new(), (ctx.state_backend)())
+    let state = StateContext::new(KeyContext::new(), (ctx.state_backend)());
+    ctx.participants.register(ctx.operator_id, state.hooks());
+    state
 }
 
 impl<K: Key, T: Data> KeyedStream<K, T> {

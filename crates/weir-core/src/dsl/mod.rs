@@ -8,6 +8,7 @@
 mod connected;
 mod keyed;
 mod sources;
+mod splits;
 mod stream;
 mod windowed;
 

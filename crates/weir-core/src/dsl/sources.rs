@@ -3,13 +3,20 @@
 
 use super::{NodeDesc, Pipeline, Stream};
 use crate::data::Data;
+use crate::checkpoint::{Checkpointed, OperatorSnapshot};
+use crate::codec;
 use crate::error::{Error, Result};
+use crate::ids::CheckpointId;
+use std::cell::RefCell;
+use std::rc::Rc;
 use crate::graph::{Built, NodeKind, Port, SourceStatus, SourceTask, take_output};
 use crate::ops::{OpInfo, guard};
 use crate::output::{Control, Output};
 use crate::time::{NO_TIMESTAMP, Timestamp};
-use std::io::BufRead;
 use std::path::PathBuf;
+
+pub use super::splits::GeneratorSource;
+use super::splits::TextFileSource;
 use std::sync::{Arc, Mutex};
 
 /// Records a source emits per poll before the runtime checks for cancellation and ticks.
@@ -71,6 +78,13 @@ impl<T> SourceOutput<'_, T> {
 /// # let _ = s;
 /// ```
 pub trait SourceFunction<T>: 'static {
+    /// Called once before `open` when the job resumes from a checkpoint, with the
+    /// snapshots of every subtask of the previous run (the parallelism may have changed:
+    /// pick this subtask's share, e.g. the splits with `split % parallelism == subtask`).
+    fn restore(&mut self, states: &[Vec<u8>], ctx: &SourceContext) -> Result<()> {
+        let _ = (states, ctx);
+        Ok(())
+    }
     /// Called once before the first poll.
     fn open(&mut self, ctx: &SourceContext) -> Result<()> {
         let _ = ctx;
@@ -78,10 +92,20 @@ pub trait SourceFunction<T>: 'static {
     }
     /// Emits the next records.
     fn poll(&mut self, out: &mut SourceOutput<'_, T>) -> Result<SourceStatus>;
+    /// The source's position at a checkpoint barrier, with a human-readable summary
+    /// (`None`: the source keeps no position and restarts from its beginning).
+    fn snapshot(&mut self) -> Result<Option<(Vec<u8>, String)>> {
+        Ok(None)
+    }
+    /// A checkpoint that includes this source's position completed.
+    fn notify_complete(&mut self, id: CheckpointId) -> Result<()> {
+        let _ = id;
+        Ok(())
+    }
 }
 
 struct SourceRunner<T, S> {
-    src: S,
+    src: Rc<RefCell<S>>,
     out: Box<dyn Output<T>>,
     info: OpInfo,
     emitted: u64,
@@ -89,18 +113,10 @@ struct SourceRunner<T, S> {
 
 impl<T: 'static, S: SourceFunction<T>> SourceTask for SourceRunner<T, S> {
     fn poll(&mut self) -> Result<SourceStatus> {
-        let SourceRunner {
-            src,
-            out,
-            info,
-            emitted,
-        } = self;
-        let mut so = SourceOutput {
-            out: &mut **out,
-            emitted: 0,
-        };
-        let r = guard(info, || src.poll(&mut so));
-        *emitted += so.emitted as u64;
+        let mut src = self.src.borrow_mut();
+        let mut so = SourceOutput { out: &mut *self.out, emitted: 0 };
+        let r = guard(&self.info, || src.poll(&mut so));
+        self.emitted += so.emitted as u64;
         r
     }
     fn emitted(&self) -> u64 {
@@ -108,6 +124,29 @@ impl<T: 'static, S: SourceFunction<T>> SourceTask for SourceRunner<T, S> {
     }
     fn control(&mut self, event: Control) -> Result<()> {
         self.out.control(event)
+    }
+}
+
+struct SourceHooks<T, S> {
+    src: Rc<RefCell<S>>,
+    info: OpInfo,
+    _t: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T: 'static, S: SourceFunction<T>> Checkpointed for SourceHooks<T, S> {
+    fn snapshot(&mut self, _id: CheckpointId) -> Result<OperatorSnapshot> {
+        let src = &self.src;
+        let state = guard(&self.info, || src.borrow_mut().snapshot())?;
+        Ok(match state {
+            Some((bytes, description)) => {
+                OperatorSnapshot { keyed: Default::default(), operator: Some(bytes), description: Some(description) }
+            }
+            None => OperatorSnapshot::default(),
+        })
+    }
+    fn notify_complete(&mut self, id: CheckpointId) -> Result<()> {
+        let src = &self.src;
+        guard(&self.info, || src.borrow_mut().notify_complete(id))
     }
 }
 
@@ -143,14 +182,15 @@ impl Pipeline {
                     parallelism: ctx.parallelism,
                 };
                 let mut src = make(sctx);
+                if let Some(r) = ctx.restore {
+                    guard(&info, || src.restore(&r.operator, &sctx))?;
+                }
                 guard(&info, || src.open(&sctx))?;
+                let src = Rc::new(RefCell::new(src));
+                let hooks = SourceHooks::<T, S> { src: src.clone(), info: info.clone(), _t: std::marker::PhantomData };
+                ctx.participants.register(ctx.operator_id, Rc::new(RefCell::new(hooks)));
                 let out = take_output::<T>(&mut outputs, 0);
-                Ok(Built::Source(Box::new(SourceRunner {
-                    src,
-                    out,
-                    info,
-                    emitted: 0,
-                })))
+                Ok(Built::Source(Box::new(SourceRunner { src, out, info, emitted: 0 })))
             },
         );
         Stream::new(self.clone(), id, 0)
@@ -185,22 +225,25 @@ impl Pipeline {
     {
         let cell: Arc<Mutex<Option<Box<dyn Iterator<Item = T> + Send>>>> =
             Arc::new(Mutex::new(Some(Box::new(iter.into_iter()))));
-        self.source_node("iterator", true, move |_| IterSource {
-            cell: cell.clone(),
-            iter: None,
-        })
+        self.source_node("iterator", true, move |_| IterSource { cell: cell.clone(), iter: None, skip: 0, emitted: 0 })
     }
 
-    /// A parallel source reading a UTF-8 text file line by line; subtask `r` of `P` emits
-    /// lines `r, r+P, r+2P, ...` (line numbers from 0), without timestamps.
+    /// A parallel source reading a UTF-8 text file line by line, without timestamps.
+    ///
+    /// The file is cut into as many splits as the source's parallelism at the job's first
+    /// start (split `s` holds lines `s, s+S, s+2S, ...`); subtask `r` reads the splits with
+    /// `s % P == r`. Positions are checkpointed per split, so a job resumes where it left
+    /// off, at any parallelism. At parallelism 1 lines come in file order.
     pub fn read_text_file(&self, path: impl Into<PathBuf>) -> Stream<String> {
         let path = path.into();
-        self.source_node("text-file", false, move |ctx| TextFileSource {
-            path: path.clone(),
-            reader: None,
-            line_no: 0,
-            ctx,
-        })
+        self.source_node("text-file", false, move |ctx| TextFileSource::new(path.clone(), ctx, None))
+    }
+
+    /// Like [`Pipeline::read_text_file`], emitting at most `records_per_sec` lines per
+    /// second per subtask (to replay a file at a realistic pace).
+    pub fn read_text_file_at_rate(&self, path: impl Into<PathBuf>, records_per_sec: u64) -> Stream<String> {
+        let path = path.into();
+        self.source_node("text-file", false, move |ctx| TextFileSource::new(path.clone(), ctx, Some(records_per_sec)))
     }
 
     /// The benchmark generator (see [`GeneratorSource`]): `(key, value)` records with
@@ -212,23 +255,38 @@ impl Pipeline {
     }
 }
 
+/// Decodes the single position of a non-parallel source from its restored states.
+fn restore_position(states: &[Vec<u8>]) -> Result<usize> {
+    match states {
+        [] => Ok(0),
+        [one] => Ok(codec::decode::<u64>(one)? as usize),
+        many => Err(Error::Config(format!(
+            "a non-parallel source found {} saved positions in the checkpoint; expected one",
+            many.len()
+        ))),
+    }
+}
+
 struct VecSource<T> {
     items: Arc<Vec<T>>,
     next: usize,
 }
 
 impl<T: Data> SourceFunction<T> for VecSource<T> {
+    fn restore(&mut self, states: &[Vec<u8>], _ctx: &SourceContext) -> Result<()> {
+        self.next = restore_position(states)?.min(self.items.len());
+        Ok(())
+    }
     fn poll(&mut self, out: &mut SourceOutput<'_, T>) -> Result<SourceStatus> {
         let end = (self.next + SOURCE_BATCH).min(self.items.len());
         for v in &self.items[self.next..end] {
             out.emit(v.clone())?;
         }
         self.next = end;
-        Ok(if end == self.items.len() {
-            SourceStatus::Finished
-        } else {
-            SourceStatus::More
-        })
+        Ok(if end == self.items.len() { SourceStatus::Finished } else { SourceStatus::More })
+    }
+    fn snapshot(&mut self) -> Result<Option<(Vec<u8>, String)>> {
+        Ok(Some((codec::encode(&(self.next as u64))?, format!("position {} of {}", self.next, self.items.len()))))
     }
 }
 
@@ -238,17 +296,20 @@ struct TimestampedSource<T> {
 }
 
 impl<T: Data> SourceFunction<T> for TimestampedSource<T> {
+    fn restore(&mut self, states: &[Vec<u8>], _ctx: &SourceContext) -> Result<()> {
+        self.next = restore_position(states)?.min(self.items.len());
+        Ok(())
+    }
     fn poll(&mut self, out: &mut SourceOutput<'_, T>) -> Result<SourceStatus> {
         let end = (self.next + SOURCE_BATCH).min(self.items.len());
         for (v, ts) in &self.items[self.next..end] {
             out.emit_at(v.clone(), *ts)?;
         }
         self.next = end;
-        Ok(if end == self.items.len() {
-            SourceStatus::Finished
-        } else {
-            SourceStatus::More
-        })
+        Ok(if end == self.items.len() { SourceStatus::Finished } else { SourceStatus::More })
+    }
+    fn snapshot(&mut self) -> Result<Option<(Vec<u8>, String)>> {
+        Ok(Some((codec::encode(&(self.next as u64))?, format!("position {} of {}", self.next, self.items.len()))))
     }
 }
 
@@ -257,123 +318,47 @@ type SharedIter<T> = Arc<Mutex<Option<Box<dyn Iterator<Item = T> + Send>>>>;
 struct IterSource<T> {
     cell: SharedIter<T>,
     iter: Option<Box<dyn Iterator<Item = T> + Send>>,
+    skip: usize,
+    emitted: usize,
 }
 
 impl<T: Data> SourceFunction<T> for IterSource<T> {
+    fn restore(&mut self, states: &[Vec<u8>], _ctx: &SourceContext) -> Result<()> {
+        self.skip = restore_position(states)?;
+        Ok(())
+    }
     fn open(&mut self, _ctx: &SourceContext) -> Result<()> {
         self.iter = self.cell.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if self.iter.is_none() {
+        let Some(it) = self.iter.as_mut() else {
             return Err(Error::Config(
-                "an iterator source can run only once; use from_collection or a file to rerun"
+                "an iterator source can run only once per process; use from_collection or a file \
+                 source for jobs that restart in-process"
                     .into(),
             ));
+        };
+        // Resuming: the program rebuilt the same iterator; skip what was already emitted.
+        for _ in 0..self.skip {
+            if it.next().is_none() {
+                break;
+            }
         }
+        self.emitted = self.skip;
         Ok(())
     }
     fn poll(&mut self, out: &mut SourceOutput<'_, T>) -> Result<SourceStatus> {
         let it = self.iter.as_mut().expect("opened");
         for _ in 0..SOURCE_BATCH {
             match it.next() {
-                Some(v) => out.emit(v)?,
+                Some(v) => {
+                    self.emitted += 1;
+                    out.emit(v)?
+                }
                 None => return Ok(SourceStatus::Finished),
             }
         }
         Ok(SourceStatus::More)
     }
-}
-
-struct TextFileSource {
-    path: PathBuf,
-    reader: Option<std::io::BufReader<std::fs::File>>,
-    line_no: u64,
-    ctx: SourceContext,
-}
-
-impl SourceFunction<String> for TextFileSource {
-    fn open(&mut self, _ctx: &SourceContext) -> Result<()> {
-        let f = std::fs::File::open(&self.path).map_err(|e| Error::io(self.path.display(), e))?;
-        self.reader = Some(std::io::BufReader::new(f));
-        Ok(())
-    }
-    fn poll(&mut self, out: &mut SourceOutput<'_, String>) -> Result<SourceStatus> {
-        let reader = self.reader.as_mut().expect("opened");
-        let mut buf = Vec::new();
-        while out.emitted() < SOURCE_BATCH {
-            buf.clear();
-            let n = reader
-                .read_until(b'\n', &mut buf)
-                .map_err(|e| Error::io(self.path.display(), e))?;
-            if n == 0 {
-                return Ok(SourceStatus::Finished);
-            }
-            let line_no = self.line_no;
-            self.line_no += 1;
-            if line_no % self.ctx.parallelism as u64 != self.ctx.subtask as u64 {
-                continue;
-            }
-            while matches!(buf.last(), Some(b'\n' | b'\r')) {
-                buf.pop();
-            }
-            let line = String::from_utf8(std::mem::take(&mut buf)).map_err(|_| {
-                Error::Malformed(format!(
-                    "{} line {}: not valid UTF-8",
-                    self.path.display(),
-                    line_no + 1
-                ))
-            })?;
-            out.emit(line)?;
-        }
-        Ok(SourceStatus::More)
-    }
-}
-
-/// The benchmark generator: event `i` for `i in 0..events` is `(i % keys, i)` with event
-/// timestamp `i`. Subtask `r` of `P` emits `i = r, r+P, r+2P, ...`, so the subtasks
-/// advance through event time together.
-///
-/// ```
-/// use weir_core::dsl::{GeneratorSource, SourceContext};
-/// let g = GeneratorSource::new(10, 3, SourceContext { subtask: 1, parallelism: 2 });
-/// assert_eq!(g.indices().collect::<Vec<_>>(), vec![1, 3, 5, 7, 9]);
-/// ```
-pub struct GeneratorSource {
-    next: u64,
-    events: u64,
-    keys: u64,
-    step: u64,
-}
-
-impl GeneratorSource {
-    /// The generator of subtask `ctx.subtask`.
-    pub fn new(events: u64, keys: u64, ctx: SourceContext) -> Self {
-        GeneratorSource {
-            next: ctx.subtask as u64,
-            events,
-            keys: keys.max(1),
-            step: ctx.parallelism as u64,
-        }
-    }
-    /// The event indices this subtask emits.
-    pub fn indices(&self) -> impl Iterator<Item = u64> + use<> {
-        (self.next..self.events).step_by(self.step as usize)
-    }
-}
-
-impl SourceFunction<(u64, i64)> for GeneratorSource {
-    fn poll(&mut self, out: &mut SourceOutput<'_, (u64, i64)>) -> Result<SourceStatus> {
-        let mut i = self.next;
-        let end = self
-            .events
-            .min(i.saturating_add(self.step * SOURCE_BATCH as u64));
-        while i < end {
-            out.emit_at((i % self.keys, i as i64), i as i64)?;
-            i += self.step;
-        }
-        self.next = i;
-        Ok(if i >= self.events {
-            SourceStatus::Finished
-        } else {
-            SourceStatus::More
-        })
+    fn snapshot(&mut self) -> Result<Option<(Vec<u8>, String)>> {
+        Ok(Some((codec::encode(&(self.emitted as u64))?, format!("{} items emitted", self.emitted))))
     }
 }

@@ -11,6 +11,7 @@ use crate::graph::{
 use crate::ids::NodeId;
 use crate::ops::OpInfo;
 use crate::ops::basic::{Filter, FlatMap, Map};
+use crate::ops::file_sink::ExactlyOnceFileSink;
 use crate::ops::sink::{
     CollectSink, Collected, DiscardSink, FnSink, PrintSink, SinkFunction, SinkOp, TextFileSink,
 };
@@ -392,7 +393,7 @@ impl<T: Data> Stream<T> {
                 parallelism_one: false,
             },
             move |ctx, _outputs| {
-                let op = SinkOp::new(make(), OpInfo::from_ctx(ctx))?;
+                let op = SinkOp::new(make(), ctx)?;
                 Ok(Built::Operator {
                     inputs: vec![input::<T>(Box::new(op))],
                     control: None,
@@ -439,6 +440,20 @@ impl<T: Data> Stream<T> {
             format: format.clone(),
             file: None,
         })
+    }
+
+    /// Writes one line per record to `dir` with exactly-once semantics: files are
+    /// committed when the checkpoint covering them completes (or at end of input without
+    /// checkpoints); uncommitted files start with a dot. See
+    /// [`crate::ops::file_sink`] for the protocol and file names.
+    pub fn write_text_exactly_once(
+        &self,
+        dir: impl Into<PathBuf>,
+        format: impl Fn(&T) -> String + Send + Sync + 'static,
+    ) -> SinkHandle {
+        let dir = dir.into();
+        let format: Arc<dyn Fn(&T) -> String + Send + Sync> = Arc::new(format);
+        self.sink("exactly-once-file", move || ExactlyOnceFileSink::new(dir.clone(), format.clone()))
     }
 
     /// Drops every record (benchmarks).

@@ -5,7 +5,8 @@ use super::{OpInfo, guard};
 use crate::data::{Data, Key};
 use crate::error::Result;
 use crate::output::{Collector, Control, Output};
-use crate::state::{KeyContext, StateContext, ValueState};
+use crate::checkpoint::KeyGroupBlobs;
+use crate::state::{KeyContext, StateContext, StateTableInfo, ValueState, decode_key_groups, encode_by_key_group};
 use crate::time::{MIN_WATERMARK, NO_TIMESTAMP, Timestamp};
 use crate::timer::{TimeDomain, TimerQueue};
 use std::rc::Rc;
@@ -77,6 +78,34 @@ impl<K: Key> Default for Timers<K> {
     }
 }
 
+/// The timers of a keyed operator as a state table: (time, key, domain) per key group.
+struct TimersTable<K>(Rc<std::cell::RefCell<Timers<K>>>);
+
+impl<K: Key> StateTableInfo for TimersTable<K> {
+    fn entries(&self) -> usize {
+        let t = self.0.borrow();
+        t.event.len() + t.processing.len()
+    }
+    fn snapshot(&self, max_parallelism: usize) -> Result<KeyGroupBlobs> {
+        let t = self.0.borrow();
+        let ev = t.event.entries();
+        let pt = t.processing.entries();
+        let items = ev.iter().map(|(ts, k, ())| (k, (*ts, false))).chain(pt.iter().map(|(ts, k, ())| (k, (*ts, true))));
+        encode_by_key_group(max_parallelism, items)
+    }
+    fn restore(&self, blobs: &KeyGroupBlobs) -> Result<()> {
+        let mut t = self.0.borrow_mut();
+        for (k, (ts, processing)) in decode_key_groups::<K, (Timestamp, bool)>(blobs)? {
+            if processing {
+                t.processing.register(ts, k, ());
+            } else {
+                t.event.register(ts, k, ());
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What a keyed function sees while it handles a record or a timer.
 pub struct KeyedContext<'a, K, O> {
     key: &'a K,
@@ -136,7 +165,7 @@ pub struct KeyedProcess<K, I, O, P> {
     pub(crate) f: P,
     pub(crate) key: Rc<KeyContext<K>>,
     pub(crate) state: StateContext<K>,
-    pub(crate) timers: Timers<K>,
+    pub(crate) timers: Rc<std::cell::RefCell<Timers<K>>>,
     pub(crate) buf: Collector<O>,
     pub(crate) out: Box<dyn Output<O>>,
     pub(crate) info: OpInfo,
@@ -154,12 +183,14 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> KeyedProcess<K, I, O,
         info: OpInfo,
     ) -> Result<Self> {
         guard(&info, || f.open(&mut state))?;
+        let timers = Rc::new(std::cell::RefCell::new(Timers::default()));
+        state.register_table("timers", Rc::new(TimersTable(timers.clone())))?;
         Ok(KeyedProcess {
             key_fn,
             f,
             key: state.key_context().clone(),
             state,
-            timers: Timers::default(),
+            timers,
             buf: Collector::new(),
             out,
             info,
@@ -176,8 +207,8 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> KeyedProcess<K, I, O,
     fn fire(&mut self, domain: TimeDomain, upto: Timestamp) -> Result<()> {
         loop {
             let due = match domain {
-                TimeDomain::EventTime => self.timers.event.pop_due(upto),
-                TimeDomain::ProcessingTime => self.timers.processing.pop_due(upto),
+                TimeDomain::EventTime => self.timers.borrow_mut().event.pop_due(upto),
+                TimeDomain::ProcessingTime => self.timers.borrow_mut().processing.pop_due(upto),
             };
             let Some((ts, keys)) = due else { return Ok(()) };
             for (k, ()) in keys {
@@ -193,6 +224,7 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> KeyedProcess<K, I, O,
                     ..
                 } = self;
                 let (wm, now) = (*watermark, *now);
+                let mut timers = timers.borrow_mut();
                 guard(info, || {
                     key.with(|k| {
                         let mut ctx = KeyedContext {
@@ -200,7 +232,7 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> KeyedProcess<K, I, O,
                             timestamp: Some(ts),
                             watermark: wm,
                             processing_time: now,
-                            timers,
+                            timers: &mut timers,
                             out: buf,
                         };
                         f.on_timer(ts, domain, &mut ctx)
@@ -232,6 +264,7 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> Output<I> for KeyedPr
             ..
         } = self;
         let (wm, now) = (*watermark, *now);
+        let mut timers = timers.borrow_mut();
         guard(info, || {
             key.set(key_fn(&value));
             key.with(|k| {
@@ -240,7 +273,7 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> Output<I> for KeyedPr
                     timestamp: (ts != NO_TIMESTAMP).then_some(ts),
                     watermark: wm,
                     processing_time: now,
-                    timers,
+                    timers: &mut timers,
                     out: buf,
                 };
                 f.process(value, &mut ctx)
@@ -262,7 +295,7 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> Output<I> for KeyedPr
                 self.now = now;
                 self.fire(TimeDomain::ProcessingTime, now)?;
             }
-            Control::Idle(_) | Control::End => {}
+            Control::Idle(_) | Control::Barrier(_) | Control::End => {}
         }
         self.out.control(event)
     }

@@ -2,7 +2,12 @@
 //! print, plain text files, discard).
 
 use super::{OpInfo, guard};
+use crate::checkpoint::{Checkpointed, OperatorSnapshot};
 use crate::error::{Error, Result};
+use crate::graph::BuildContext;
+use crate::ids::CheckpointId;
+use std::cell::RefCell;
+use std::rc::Rc;
 use crate::output::{Control, Output};
 use crate::time::Timestamp;
 use std::fmt::Debug;
@@ -10,13 +15,16 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-/// Which subtask a sink instance is.
+/// Which subtask a sink instance is, and how the job runs.
 #[derive(Debug, Clone, Copy)]
 pub struct SinkContext {
     /// This subtask's index.
     pub subtask: usize,
     /// The sink's parallelism.
     pub parallelism: usize,
+    /// True when the job takes checkpoints (a transactional sink commits on checkpoint
+    /// completion; otherwise it commits at end of input).
+    pub checkpointing: bool,
 }
 
 /// Writes records somewhere. One instance per subtask, created on its thread.
@@ -32,6 +40,23 @@ pub struct SinkContext {
 /// assert_eq!(s.0, 2);
 /// ```
 pub trait SinkFunction<T>: 'static {
+    /// Called before `open` when the job resumes from checkpoint `checkpoint`, with the
+    /// snapshots of every subtask of the previous run (the parallelism may have changed).
+    fn restore(&mut self, checkpoint: CheckpointId, states: &[Vec<u8>], ctx: &SinkContext) -> Result<()> {
+        let _ = (checkpoint, states, ctx);
+        Ok(())
+    }
+    /// Pre-commit at a checkpoint barrier: make everything written so far durable but not
+    /// yet visible, and return what a restore needs to commit it (`None`: stateless sink).
+    fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<Option<(Vec<u8>, String)>> {
+        let _ = checkpoint;
+        Ok(None)
+    }
+    /// Checkpoint `checkpoint` completed: commit what was pre-committed up to it.
+    fn notify_complete(&mut self, checkpoint: CheckpointId) -> Result<()> {
+        let _ = checkpoint;
+        Ok(())
+    }
     /// Called once before the first record.
     fn open(&mut self, ctx: &SinkContext) -> Result<()> {
         let _ = ctx;
@@ -47,39 +72,63 @@ pub trait SinkFunction<T>: 'static {
 
 /// Runs a [`SinkFunction`] as the last operator of a chain.
 pub struct SinkOp<T, S> {
-    pub(crate) sink: S,
+    pub(crate) sink: Rc<RefCell<S>>,
     pub(crate) info: OpInfo,
     pub(crate) _p: std::marker::PhantomData<fn(T)>,
 }
 
-impl<T, S: SinkFunction<T>> SinkOp<T, S> {
-    /// Opens the sink.
-    pub fn new(mut sink: S, info: OpInfo) -> Result<Self> {
-        let ctx = SinkContext {
-            subtask: info.subtask,
-            parallelism: info.parallelism,
-        };
-        guard(&info, || sink.open(&ctx))?;
-        Ok(SinkOp {
-            sink,
-            info,
-            _p: std::marker::PhantomData,
-        })
+impl<T: 'static, S: SinkFunction<T>> SinkOp<T, S> {
+    /// Restores (when resuming), opens the sink and registers its checkpoint hooks.
+    pub fn new(mut sink: S, ctx: &BuildContext<'_>) -> Result<Self> {
+        let info = OpInfo::from_ctx(ctx);
+        let sctx = SinkContext { subtask: info.subtask, parallelism: info.parallelism, checkpointing: ctx.checkpointing };
+        if let Some(r) = ctx.restore
+            && let Some(id) = r.checkpoint
+        {
+            guard(&info, || sink.restore(id, &r.operator, &sctx))?;
+        }
+        guard(&info, || sink.open(&sctx))?;
+        let sink = Rc::new(RefCell::new(sink));
+        let hooks = SinkHooks { sink: sink.clone(), info: info.clone(), _p: std::marker::PhantomData };
+        ctx.participants.register(ctx.operator_id, Rc::new(RefCell::new(hooks)));
+        Ok(SinkOp { sink, info, _p: std::marker::PhantomData })
     }
 }
 
 impl<T, S: SinkFunction<T>> Output<T> for SinkOp<T, S> {
     #[inline]
     fn record(&mut self, value: T, ts: Timestamp) -> Result<()> {
-        let s = &mut self.sink;
-        guard(&self.info, || s.invoke(value, ts))
+        let s = &self.sink;
+        guard(&self.info, || s.borrow_mut().invoke(value, ts))
     }
     fn control(&mut self, event: Control) -> Result<()> {
         if event == Control::End {
-            let s = &mut self.sink;
-            guard(&self.info, || s.finish())?;
+            let s = &self.sink;
+            guard(&self.info, || s.borrow_mut().finish())?;
         }
         Ok(())
+    }
+}
+
+struct SinkHooks<T, S> {
+    sink: Rc<RefCell<S>>,
+    info: OpInfo,
+    _p: std::marker::PhantomData<fn(T)>,
+}
+
+impl<T, S: SinkFunction<T>> Checkpointed for SinkHooks<T, S> {
+    fn snapshot(&mut self, id: CheckpointId) -> Result<OperatorSnapshot> {
+        let s = &self.sink;
+        Ok(match guard(&self.info, || s.borrow_mut().snapshot(id))? {
+            Some((bytes, desc)) => {
+                OperatorSnapshot { keyed: Default::default(), operator: Some(bytes), description: Some(desc) }
+            }
+            None => OperatorSnapshot::default(),
+        })
+    }
+    fn notify_complete(&mut self, id: CheckpointId) -> Result<()> {
+        let s = &self.sink;
+        guard(&self.info, || s.borrow_mut().notify_complete(id))
     }
 }
 

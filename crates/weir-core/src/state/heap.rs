@@ -4,8 +4,12 @@
 //! backends beyond [`super::StateTableInfo`].
 
 use super::{KeyContext, ListAccess, MapAccess, StateTableInfo, ValueAccess};
-use crate::data::{Data, Key};
+use crate::checkpoint::KeyGroupBlobs;
+use crate::codec;
+use crate::data::{Data, Key, key_group};
 use crate::error::Result;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -55,19 +59,70 @@ impl<K, UK, UV> Default for HeapMapTable<K, UK, UV> {
 
 pub(super) struct Info<T>(pub(super) Rc<RefCell<T>>);
 
-impl<SK, V> StateTableInfo for Info<HeapValueTable<SK, V>> {
+/// Encodes `(key, entry)` pairs grouped by the key group of the key.
+pub fn encode_by_key_group<'a, K: Key + 'a, E: Serialize>(
+    max_parallelism: usize,
+    items: impl Iterator<Item = (&'a K, E)>,
+) -> Result<KeyGroupBlobs> {
+    let mut groups: BTreeMap<u32, Vec<(&'a K, E)>> = BTreeMap::new();
+    for (k, e) in items {
+        groups.entry(key_group(k, max_parallelism).0).or_default().push((k, e));
+    }
+    groups.into_iter().map(|(g, entries)| Ok((g, codec::encode(&entries)?))).collect()
+}
+
+/// Decodes every blob of [`encode_by_key_group`] into `(key, entry)` pairs.
+pub fn decode_key_groups<K: Key, E: DeserializeOwned>(blobs: &KeyGroupBlobs) -> Result<Vec<(K, E)>> {
+    let mut out = Vec::new();
+    for (_, b) in blobs {
+        out.extend(codec::decode::<Vec<(K, E)>>(b)?);
+    }
+    Ok(out)
+}
+
+impl<K: Key, V: Data> StateTableInfo for Info<HeapValueTable<K, V>> {
     fn entries(&self) -> usize {
         self.0.borrow().map.len()
     }
+    fn snapshot(&self, max_parallelism: usize) -> Result<KeyGroupBlobs> {
+        encode_by_key_group(max_parallelism, self.0.borrow().map.iter())
+    }
+    fn restore(&self, blobs: &KeyGroupBlobs) -> Result<()> {
+        let mut t = self.0.borrow_mut();
+        for (k, v) in decode_key_groups::<K, V>(blobs)? {
+            t.map.insert(k, v);
+        }
+        Ok(())
+    }
 }
-impl<K, V> StateTableInfo for Info<HeapListTable<K, V>> {
+impl<K: Key, V: Data> StateTableInfo for Info<HeapListTable<K, V>> {
     fn entries(&self) -> usize {
         self.0.borrow().map.len()
     }
+    fn snapshot(&self, max_parallelism: usize) -> Result<KeyGroupBlobs> {
+        encode_by_key_group(max_parallelism, self.0.borrow().map.iter())
+    }
+    fn restore(&self, blobs: &KeyGroupBlobs) -> Result<()> {
+        let mut t = self.0.borrow_mut();
+        for (k, v) in decode_key_groups::<K, Vec<V>>(blobs)? {
+            t.map.insert(k, v);
+        }
+        Ok(())
+    }
 }
-impl<K, UK, UV> StateTableInfo for Info<HeapMapTable<K, UK, UV>> {
+impl<K: Key, UK: Key, UV: Data> StateTableInfo for Info<HeapMapTable<K, UK, UV>> {
     fn entries(&self) -> usize {
         self.0.borrow().map.len()
+    }
+    fn snapshot(&self, max_parallelism: usize) -> Result<KeyGroupBlobs> {
+        encode_by_key_group(max_parallelism, self.0.borrow().map.iter())
+    }
+    fn restore(&self, blobs: &KeyGroupBlobs) -> Result<()> {
+        let mut t = self.0.borrow_mut();
+        for (k, v) in decode_key_groups::<K, BTreeMap<UK, UV>>(blobs)? {
+            t.map.insert(k, v);
+        }
+        Ok(())
     }
 }
 

@@ -11,12 +11,23 @@
 
 mod heap;
 
-pub use heap::{HeapListTable, HeapMapTable, HeapValueTable};
+pub use heap::{HeapListTable, HeapMapTable, HeapValueTable, decode_key_groups, encode_by_key_group};
 
 use crate::data::{Data, Key};
+use crate::checkpoint::{Checkpointed, KeyGroupBlobs, OperatorSnapshot};
 use crate::error::{Error, Result};
+use crate::ids::CheckpointId;
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::rc::Rc;
+
+struct BackendHooks(SharedBackend);
+
+impl Checkpointed for BackendHooks {
+    fn snapshot(&mut self, _id: CheckpointId) -> Result<OperatorSnapshot> {
+        Ok(OperatorSnapshot { keyed: self.0.borrow().snapshot()?, operator: None, description: None })
+    }
+}
 
 /// The key the operator is processing right now, shared with its state handles.
 pub struct KeyContext<K> {
@@ -53,6 +64,10 @@ impl<K: Key> KeyContext<K> {
 pub trait StateTableInfo {
     /// Number of entries (keys with a value) in the table.
     fn entries(&self) -> usize;
+    /// Encodes the table's entries, grouped by the key group of their key.
+    fn snapshot(&self, max_parallelism: usize) -> Result<KeyGroupBlobs>;
+    /// Loads entries produced by [`StateTableInfo::snapshot`] (of any subtask).
+    fn restore(&self, blobs: &KeyGroupBlobs) -> Result<()>;
 }
 
 /// A keyed state backend: the store that holds an operator's keyed state tables.
@@ -66,18 +81,22 @@ pub trait KeyedStateBackend {
     fn register(&mut self, name: &str, table: Rc<dyn StateTableInfo>) -> Result<()>;
     /// Total entries over all tables (a state-size metric).
     fn entries(&self) -> usize;
+    /// Snapshots every table: name → entries per key group.
+    fn snapshot(&self) -> Result<BTreeMap<String, KeyGroupBlobs>>;
 }
+
+type SharedBackend = Rc<RefCell<Box<dyn KeyedStateBackend>>>;
 
 /// Creates state handles for one keyed operator instance.
 pub struct StateContext<K> {
     key: Rc<KeyContext<K>>,
-    backend: Box<dyn KeyedStateBackend>,
+    backend: SharedBackend,
 }
 
 impl<K: Key> StateContext<K> {
     /// A context over `backend`, scoped by `key`.
     pub fn new(key: Rc<KeyContext<K>>, backend: Box<dyn KeyedStateBackend>) -> Self {
-        StateContext { key, backend }
+        StateContext { key, backend: Rc::new(RefCell::new(backend)) }
     }
 
     /// The shared current-key context.
@@ -85,14 +104,19 @@ impl<K: Key> StateContext<K> {
         &self.key
     }
 
-    /// The backend (for metrics).
-    pub fn backend(&self) -> &dyn KeyedStateBackend {
-        &*self.backend
+    /// Total entries over all of the operator's state tables.
+    pub fn entries(&self) -> usize {
+        self.backend.borrow().entries()
+    }
+
+    /// The checkpoint hooks that snapshot this operator's keyed state.
+    pub fn hooks(&self) -> Rc<RefCell<dyn Checkpointed>> {
+        Rc::new(RefCell::new(BackendHooks(self.backend.clone())))
     }
 
     /// Registers an operator-specific table (windows keep their own layout).
     pub fn register_table(&mut self, name: &str, table: Rc<dyn StateTableInfo>) -> Result<()> {
-        self.backend.register(name, table)
+        self.backend.borrow_mut().register(name, table)
     }
 
     /// Creates a raw heap table keyed by an arbitrary state key (used by windows and joins,
@@ -103,6 +127,7 @@ impl<K: Key> StateContext<K> {
     ) -> Result<Rc<RefCell<HeapValueTable<SK, V>>>> {
         let t = Rc::new(RefCell::new(HeapValueTable::default()));
         self.backend
+            .borrow_mut()
             .register(name, Rc::new(heap::Info(t.clone())))?;
         Ok(t)
     }
@@ -122,6 +147,7 @@ impl<K: Key> StateContext<K> {
     pub fn list_state<V: Data>(&mut self, name: &str) -> Result<ListState<V>> {
         let t = Rc::new(RefCell::new(HeapListTable::default()));
         self.backend
+            .borrow_mut()
             .register(name, Rc::new(heap::Info(t.clone())))?;
         Ok(ListState {
             inner: Box::new(heap::HeapList {
@@ -135,6 +161,7 @@ impl<K: Key> StateContext<K> {
     pub fn map_state<UK: Key, UV: Data>(&mut self, name: &str) -> Result<MapState<UK, UV>> {
         let t = Rc::new(RefCell::new(HeapMapTable::default()));
         self.backend
+            .borrow_mut()
             .register(name, Rc::new(heap::Info(t.clone())))?;
         Ok(MapState {
             inner: Box::new(heap::HeapMap {
@@ -190,6 +217,7 @@ pub trait MapAccess<UK, UV> {
 /// #   fn name(&self) -> &'static str { "test" }
 /// #   fn register(&mut self, _: &str, _: std::rc::Rc<dyn weir_core::state::StateTableInfo>) -> weir_core::Result<()> { Ok(()) }
 /// #   fn entries(&self) -> usize { 0 }
+/// #   fn snapshot(&self) -> weir_core::Result<std::collections::BTreeMap<String, weir_core::checkpoint::KeyGroupBlobs>> { Ok(Default::default()) }
 /// # }
 /// let key = KeyContext::<String>::new();
 /// let mut ctx = StateContext::new(key.clone(), Box::new(NoBackend));

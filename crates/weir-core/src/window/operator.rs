@@ -11,7 +11,8 @@ use crate::data::{Data, Key};
 use crate::error::{Error, Result};
 use crate::ops::{OpInfo, guard};
 use crate::output::{Collector, Control, Output};
-use crate::state::{HeapValueTable, StateTableInfo};
+use crate::checkpoint::KeyGroupBlobs;
+use crate::state::{HeapValueTable, StateTableInfo, decode_key_groups, encode_by_key_group};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use crate::time::{MIN_WATERMARK, NO_TIMESTAMP, Timestamp};
@@ -46,9 +47,48 @@ struct WindowKeys<K, A> {
     keys: FxHashMap<K, A>,
 }
 
-impl<K, A> StateTableInfo for RefCell<FixedWindows<K, A>> {
+/// One snapshotted entry of a fixed window: (max timestamp, start, fired, accumulator).
+type FixedEntry<A> = (Timestamp, Timestamp, bool, A);
+
+impl<K: Key, A: Data> StateTableInfo for RefCell<FixedWindows<K, A>> {
     fn entries(&self) -> usize {
         self.borrow().windows.values().map(|w| w.keys.len()).sum()
+    }
+    fn snapshot(&self, max_parallelism: usize) -> Result<KeyGroupBlobs> {
+        let t = self.borrow();
+        let items = t.windows.iter().flat_map(|(&(max_ts, start), w)| {
+            w.keys.iter().map(move |(k, a)| (k, (max_ts, start, w.fired, a)))
+        });
+        encode_by_key_group(max_parallelism, items)
+    }
+    fn restore(&self, blobs: &KeyGroupBlobs) -> Result<()> {
+        let mut t = self.borrow_mut();
+        for (k, (max_ts, start, fired, acc)) in decode_key_groups::<K, FixedEntry<A>>(blobs)? {
+            let w = t.windows.entry((max_ts, start)).or_insert_with(|| WindowKeys { fired, keys: FxHashMap::default() });
+            w.fired |= fired;
+            w.keys.insert(k, acc);
+        }
+        Ok(())
+    }
+}
+
+/// The timers of session windows, as a state table.
+struct SessionTimers<K>(Rc<RefCell<TimerQueue<K, TimeWindow>>>);
+
+impl<K: Key> StateTableInfo for SessionTimers<K> {
+    fn entries(&self) -> usize {
+        self.0.borrow().len()
+    }
+    fn snapshot(&self, max_parallelism: usize) -> Result<KeyGroupBlobs> {
+        let entries = self.0.borrow().entries();
+        encode_by_key_group(max_parallelism, entries.iter().map(|(ts, k, w)| (k, (*ts, *w))))
+    }
+    fn restore(&self, blobs: &KeyGroupBlobs) -> Result<()> {
+        let mut q = self.0.borrow_mut();
+        for (k, (ts, w)) in decode_key_groups::<K, (Timestamp, TimeWindow)>(blobs)? {
+            q.register(ts, k, w);
+        }
+        Ok(())
     }
 }
 
@@ -66,7 +106,7 @@ pub(crate) struct WindowOperator<K, T, O, F: WindowFn<K, T, O>> {
     pub(crate) lateness: Timestamp,
     pub(crate) f: F,
     contents: Contents<K, F::Acc>,
-    timers: TimerQueue<K, TimeWindow>,
+    timers: Rc<RefCell<TimerQueue<K, TimeWindow>>>,
     watermark: Timestamp,
     buf: Collector<O>,
     windows: Vec<TimeWindow>,
@@ -87,6 +127,10 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
         late: Option<Box<dyn Output<T>>>,
         info: OpInfo,
     ) -> Result<Self> {
+        let timers = Rc::new(RefCell::new(TimerQueue::default()));
+        if assigner.is_merging() {
+            state.register_table("window-timers", Rc::new(SessionTimers(timers.clone())))?;
+        }
         let contents = if assigner.is_merging() {
             Contents::Sessions(state.heap_value_table("window-sessions")?)
         } else {
@@ -100,7 +144,7 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
             lateness,
             f,
             contents,
-            timers: TimerQueue::default(),
+            timers,
             watermark: MIN_WATERMARK,
             buf: Collector::new(),
             windows: Vec::new(),
@@ -121,10 +165,10 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
     /// Registers the window's cleanup timer and, unless it is already due, its fire timer.
     fn register(&mut self, key: &K, w: TimeWindow) {
         if w.max_timestamp() > self.watermark {
-            self.timers.register(w.max_timestamp(), key.clone(), w);
+            self.timers.borrow_mut().register(w.max_timestamp(), key.clone(), w);
         }
         if self.lateness > 0 {
-            self.timers.register(self.cleanup_time(&w), key.clone(), w);
+            self.timers.borrow_mut().register(self.cleanup_time(&w), key.clone(), w);
         }
     }
 
@@ -222,9 +266,6 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
         let Some(&w) = self.windows.first() else {
             return Ok(false);
         };
-        if self.is_dropped(&w) {
-            return Ok(false);
-        }
         let sessions = table.borrow_mut().map.remove(&key).unwrap_or_default();
         // Absorb every session that touches the growing window (a merge can make it reach
         // sessions it did not touch before), then fold them in window order.
@@ -243,13 +284,23 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
             }
             absorbed.extend(hit);
         }
+        // As in Flink, a record is late only if the session it ends up in is late: a record
+        // whose own window is over still joins an open session that it touches.
+        if self.is_dropped(&merged) {
+            kept.extend(absorbed);
+            kept.sort_by_key(|(sw, _)| *sw);
+            if !kept.is_empty() {
+                table.borrow_mut().map.insert(key, kept);
+            }
+            return Ok(false);
+        }
         absorbed.sort_by_key(|(sw, _)| *sw);
         let mut acc = self.f.create();
         for (sw, sacc) in absorbed {
             self.f.merge(&mut acc, sacc);
-            self.timers.delete(sw.max_timestamp(), key.clone(), sw);
+            self.timers.borrow_mut().delete(sw.max_timestamp(), key.clone(), sw);
             if self.lateness > 0 {
-                self.timers.delete(self.cleanup_time(&sw), key.clone(), sw);
+                self.timers.borrow_mut().delete(self.cleanup_time(&sw), key.clone(), sw);
             }
         }
         self.f.add(&mut acc, value);
@@ -273,7 +324,10 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
         if let Contents::Fixed(table) = &self.contents {
             return self.fire_fixed(table.clone(), wm);
         }
-        while let Some((ts, due)) = self.timers.pop_due(wm) {
+        loop {
+            let Some((ts, due)) = self.timers.borrow_mut().pop_due(wm) else {
+                break;
+            };
             for (key, w) in due {
                 let fire = ts == w.max_timestamp();
                 let cleanup = ts == self.cleanup_time(&w);

@@ -1,0 +1,131 @@
+//! What operators contribute to checkpoints and get back on restore.
+//!
+//! Owns [`Checkpointed`] (the hooks an operator implements), [`OperatorSnapshot`] (its
+//! state at a barrier: keyed state split by key group, plus opaque operator state such as
+//! source positions) and [`RestoreState`] (what a subtask receives when a job resumes,
+//! already clipped to its key groups). Storage and coordination live elsewhere.
+
+use crate::error::Result;
+use crate::ids::CheckpointId;
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+/// Keyed state of one table: encoded entries per key group.
+pub type KeyGroupBlobs = Vec<(u32, Vec<u8>)>;
+
+/// The state of one operator subtask at a checkpoint barrier.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct OperatorSnapshot {
+    /// Keyed state: table name → encoded entries per key group.
+    pub keyed: BTreeMap<String, KeyGroupBlobs>,
+    /// Operator state (not keyed): opaque bytes, e.g. a source's splits and positions.
+    pub operator: Option<Vec<u8>>,
+    /// A human-readable summary of the operator state (shown by `weir checkpoints inspect`).
+    pub description: Option<String>,
+}
+
+impl OperatorSnapshot {
+    /// Total bytes of keyed and operator state.
+    pub fn bytes(&self) -> usize {
+        self.keyed.values().flat_map(|t| t.iter().map(|(_, b)| b.len())).sum::<usize>()
+            + self.operator.as_ref().map_or(0, |b| b.len())
+    }
+}
+
+/// The state a subtask restores from: keyed state of its key groups and the operator
+/// state of the old subtasks assigned to it.
+#[derive(Debug, Clone, Default)]
+pub struct RestoreState {
+    /// The checkpoint restored from.
+    pub checkpoint: Option<CheckpointId>,
+    /// Keyed state: table name → entries of the key groups this subtask owns.
+    pub keyed: BTreeMap<String, KeyGroupBlobs>,
+    /// Operator state of every old subtask (sources redistribute their splits from it;
+    /// each new subtask sees all of them and picks its share).
+    pub operator: Vec<Vec<u8>>,
+}
+
+/// Checkpoint hooks of an operator. Called on the subtask's thread, between records.
+///
+/// Ordering guarantees: `snapshot(n)` is called when barrier `n` has arrived on every
+/// input (exactly-once mode) and before the barrier is forwarded downstream;
+/// `notify_complete(n)` after checkpoint `n` is durable for the whole job (a sink commits
+/// there); `notify_aborted(n)` when `n` will never complete.
+pub trait Checkpointed {
+    /// Captures the operator's state. Keep it short: copy or serialize, don't upload.
+    fn snapshot(&mut self, id: CheckpointId) -> Result<OperatorSnapshot>;
+    /// Checkpoint `id` completed.
+    fn notify_complete(&mut self, id: CheckpointId) -> Result<()> {
+        let _ = id;
+        Ok(())
+    }
+    /// Checkpoint `id` was aborted.
+    fn notify_aborted(&mut self, id: CheckpointId) -> Result<()> {
+        let _ = id;
+        Ok(())
+    }
+}
+
+/// One registered participant of a task.
+pub struct Participant {
+    /// The operator's stable id (uid or generated from its position in the graph).
+    pub operator_id: String,
+    /// The hooks.
+    pub hooks: Rc<RefCell<dyn Checkpointed>>,
+}
+
+/// The participants of one task, in registration order (upstream before downstream).
+#[derive(Clone, Default)]
+pub struct Participants {
+    inner: Rc<RefCell<Vec<Participant>>>,
+}
+
+impl Participants {
+    /// Registers an operator's hooks.
+    pub fn register(&self, operator_id: &str, hooks: Rc<RefCell<dyn Checkpointed>>) {
+        self.inner.borrow_mut().push(Participant { operator_id: operator_id.to_string(), hooks });
+    }
+
+    /// Snapshots every participant; snapshots of one operator are merged.
+    pub fn snapshot(&self, id: CheckpointId) -> Result<BTreeMap<String, OperatorSnapshot>> {
+        let mut out: BTreeMap<String, OperatorSnapshot> = BTreeMap::new();
+        for p in self.inner.borrow().iter() {
+            let s = p.hooks.borrow_mut().snapshot(id)?;
+            let e = out.entry(p.operator_id.clone()).or_default();
+            e.keyed.extend(s.keyed);
+            if s.operator.is_some() {
+                e.operator = s.operator;
+                e.description = s.description;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Tells every participant that `id` completed.
+    pub fn notify_complete(&self, id: CheckpointId) -> Result<()> {
+        for p in self.inner.borrow().iter() {
+            p.hooks.borrow_mut().notify_complete(id)?;
+        }
+        Ok(())
+    }
+
+    /// Tells every participant that `id` was aborted.
+    pub fn notify_aborted(&self, id: CheckpointId) -> Result<()> {
+        for p in self.inner.borrow().iter() {
+            p.hooks.borrow_mut().notify_aborted(id)?;
+        }
+        Ok(())
+    }
+
+    /// Number of participants.
+    pub fn len(&self) -> usize {
+        self.inner.borrow().len()
+    }
+
+    /// True when no operator registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,257 @@
+//! The exactly-once text file sink: two-phase commit tied to checkpoints.
+//!
+//! Each subtask `s` writes lines into `.part-<s>.inprogress`. At a checkpoint barrier
+//! (pre-commit) the file is flushed, fsynced and renamed to `.part-<s>-<n>.pending`; when
+//! checkpoint `n` completes (commit) every pending file up to `n` is renamed to
+//! `part-<s>-<n as 20 digits>`, and the directory is fsynced. Files starting with a dot are
+//! uncommitted: readers must skip them.
+//!
+//! On restore from checkpoint `c`, the pending files recorded in `c` are committed (a crash
+//! may have hit between the checkpoint completing and the rename), and every uncommitted
+//! file left by a writer this subtask now stands for (writer index `% parallelism`) is
+//! removed: its records are replayed from `c`. Committed files newer than `c` would be
+//! duplicated by the replay, so the restore refuses with an error naming them.
+//! Without checkpoints, the in-progress file is committed at end of input.
+
+use super::sink::{SinkContext, SinkFunction};
+use crate::codec;
+use crate::error::{Error, Result};
+use crate::ids::CheckpointId;
+use crate::time::Timestamp;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// What a subtask's snapshot records: its index and its pre-committed files.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct SinkState {
+    writer: u32,
+    pending: Vec<u64>,
+}
+
+/// A committed file's name.
+pub fn committed_name(writer: usize, checkpoint: u64) -> String {
+    format!("part-{writer}-{checkpoint:020}")
+}
+
+fn pending_name(writer: usize, checkpoint: u64) -> String {
+    format!(".part-{writer}-{checkpoint}.pending")
+}
+
+fn in_progress_name(writer: usize) -> String {
+    format!(".part-{writer}.inprogress")
+}
+
+/// A file of the sink directory, parsed from its name.
+#[derive(Debug, PartialEq, Eq)]
+enum Part {
+    InProgress { writer: usize },
+    Pending { writer: usize, checkpoint: u64 },
+    Committed { writer: usize, checkpoint: u64 },
+}
+
+fn parse(name: &str) -> Option<Part> {
+    if let Some(rest) = name.strip_prefix(".part-") {
+        if let Some(w) = rest.strip_suffix(".inprogress") {
+            return Some(Part::InProgress { writer: w.parse().ok()? });
+        }
+        let rest = rest.strip_suffix(".pending")?;
+        let (w, c) = rest.split_once('-')?;
+        return Some(Part::Pending { writer: w.parse().ok()?, checkpoint: c.parse().ok()? });
+    }
+    let rest = name.strip_prefix("part-")?;
+    let (w, c) = rest.split_once('-')?;
+    Some(Part::Committed { writer: w.parse().ok()?, checkpoint: c.parse().ok()? })
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |e| Error::io(path.display(), e)
+}
+
+fn fsync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
+}
+
+/// The exactly-once text file sink (see the module docs).
+pub struct ExactlyOnceFileSink<T> {
+    pub(crate) dir: PathBuf,
+    pub(crate) format: Arc<dyn Fn(&T) -> String + Send + Sync>,
+    writer: usize,
+    checkpointing: bool,
+    file: Option<std::io::BufWriter<std::fs::File>>,
+    pending: Vec<u64>,
+    restored: bool,
+}
+
+impl<T> ExactlyOnceFileSink<T> {
+    /// A sink writing into `dir`, one line per record formatted by `format`.
+    pub fn new(dir: PathBuf, format: Arc<dyn Fn(&T) -> String + Send + Sync>) -> Self {
+        ExactlyOnceFileSink { dir, format, writer: 0, checkpointing: false, file: None, pending: Vec::new(), restored: false }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    fn commit(&self, writer: usize, checkpoint: u64) -> Result<()> {
+        let from = self.path(&pending_name(writer, checkpoint));
+        let to = self.path(&committed_name(writer, checkpoint));
+        match std::fs::rename(&from, &to) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && to.exists() => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::Config(format!(
+                "the pre-committed output file {} of checkpoint {checkpoint} is missing and was never \
+                 committed: that checkpoint's output is lost; restore from an earlier checkpoint",
+                from.display()
+            ))),
+            Err(e) => Err(Error::io(from.display(), e)),
+        }
+    }
+
+    /// Removes uncommitted files of the writers this subtask stands for.
+    fn clean(&self, ctx: &SinkContext, restored: Option<u64>) -> Result<()> {
+        let entries = std::fs::read_dir(&self.dir).map_err(io(&self.dir))?;
+        let mut newer = Vec::new();
+        for e in entries {
+            let e = e.map_err(io(&self.dir))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(part) = parse(&name) else { continue };
+            let mine = |w: usize| w % ctx.parallelism == ctx.subtask;
+            match part {
+                Part::InProgress { writer } if mine(writer) => {
+                    std::fs::remove_file(e.path()).map_err(io(&e.path()))?;
+                }
+                Part::Pending { writer, checkpoint } if mine(writer) && restored.is_none_or(|c| checkpoint > c) => {
+                    std::fs::remove_file(e.path()).map_err(io(&e.path()))?;
+                }
+                Part::Committed { writer, checkpoint } if mine(writer) && restored.is_some_and(|c| checkpoint > c) => {
+                    newer.push(name);
+                }
+                _ => {}
+            }
+        }
+        if !newer.is_empty() {
+            newer.sort();
+            return Err(Error::Config(format!(
+                "{} holds committed output newer than the checkpoint being restored ({}): {}; replaying \
+                 from the older checkpoint would duplicate it. Restore from the newer checkpoint, or move \
+                 those files away to accept the replay",
+                self.dir.display(),
+                restored.unwrap_or(0),
+                newer.join(", ")
+            )));
+        }
+        fsync_dir(&self.dir)
+    }
+
+    fn roll(&mut self) -> Result<bool> {
+        let Some(mut f) = self.file.take() else { return Ok(false) };
+        let p = self.path(&in_progress_name(self.writer));
+        f.flush().map_err(io(&p))?;
+        f.get_ref().sync_all().map_err(io(&p))?;
+        Ok(true)
+    }
+}
+
+impl<T: 'static> SinkFunction<T> for ExactlyOnceFileSink<T> {
+    fn restore(&mut self, checkpoint: CheckpointId, states: &[Vec<u8>], ctx: &SinkContext) -> Result<()> {
+        std::fs::create_dir_all(&self.dir).map_err(io(&self.dir))?;
+        for s in states {
+            let st: SinkState = codec::decode(s)?;
+            if st.writer as usize % ctx.parallelism == ctx.subtask {
+                for c in st.pending {
+                    self.commit(st.writer as usize, c)?;
+                }
+            }
+        }
+        self.clean(ctx, Some(checkpoint.0))?;
+        self.restored = true;
+        Ok(())
+    }
+
+    fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+        self.writer = ctx.subtask;
+        self.checkpointing = ctx.checkpointing;
+        std::fs::create_dir_all(&self.dir).map_err(io(&self.dir))?;
+        if !self.restored {
+            self.clean(ctx, None)?;
+        }
+        Ok(())
+    }
+
+    fn invoke(&mut self, value: T, _ts: Timestamp) -> Result<()> {
+        if self.file.is_none() {
+            let p = self.path(&in_progress_name(self.writer));
+            let f = std::fs::File::create(&p).map_err(io(&p))?;
+            self.file = Some(std::io::BufWriter::new(f));
+        }
+        let line = (self.format)(&value);
+        let f = self.file.as_mut().expect("just opened");
+        writeln!(f, "{line}").map_err(|e| Error::io(self.dir.join(in_progress_name(self.writer)).display(), e))
+    }
+
+    fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<Option<(Vec<u8>, String)>> {
+        if self.roll()? {
+            let from = self.path(&in_progress_name(self.writer));
+            let to = self.path(&pending_name(self.writer, checkpoint.0));
+            std::fs::rename(&from, &to).map_err(io(&from))?;
+            fsync_dir(&self.dir)?;
+            self.pending.push(checkpoint.0);
+            crate::failpoint::hit("sink.after_precommit");
+        }
+        let st = SinkState { writer: self.writer as u32, pending: self.pending.clone() };
+        let desc = format!("writer {}: pending checkpoints {:?}", self.writer, self.pending);
+        Ok(Some((codec::encode(&st)?, desc)))
+    }
+
+    fn notify_complete(&mut self, checkpoint: CheckpointId) -> Result<()> {
+        let (done, keep): (Vec<u64>, Vec<u64>) = self.pending.iter().partition(|c| **c <= checkpoint.0);
+        if !done.is_empty() {
+            crate::failpoint::hit("sink.before_commit");
+        }
+        for c in &done {
+            self.commit(self.writer, *c)?;
+        }
+        if !done.is_empty() {
+            crate::failpoint::hit("sink.after_commit");
+        }
+        self.pending = keep;
+        if !done.is_empty() {
+            fsync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        if self.checkpointing {
+            // Everything was committed by the final checkpoint; nothing may be left.
+            if self.file.is_some() {
+                return Err(Error::Config(
+                    "records arrived after the final checkpoint barrier; they would not be committed".into(),
+                ));
+            }
+            return Ok(());
+        }
+        if self.roll()? {
+            let from = self.path(&in_progress_name(self.writer));
+            let to = self.path(&committed_name(self.writer, 0));
+            std::fs::rename(&from, &to).map_err(io(&from))?;
+            fsync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        assert_eq!(parse(&in_progress_name(3)), Some(Part::InProgress { writer: 3 }));
+        assert_eq!(parse(&pending_name(1, 42)), Some(Part::Pending { writer: 1, checkpoint: 42 }));
+        assert_eq!(parse(&committed_name(0, 7)), Some(Part::Committed { writer: 0, checkpoint: 7 }));
+        assert_eq!(parse("notes.txt"), None);
+    }
+}

@@ -1,0 +1,151 @@
+//! Glue between running tasks and checkpoint storage: writing a completed checkpoint
+//! (state files, then the manifest) and turning a stored checkpoint back into the
+//! per-subtask [`RestoreState`] of a job, at any parallelism.
+
+use crate::plan::Plan;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use weir_checkpoint::{CheckpointKind, CheckpointStorage, Manifest, OperatorManifest, SubtaskManifest, TaskKey};
+use weir_core::checkpoint::{OperatorSnapshot, RestoreState};
+use weir_core::data::key_group_range;
+use weir_core::graph::Graph;
+use weir_core::ids::CheckpointId;
+use weir_core::{Error, Result, codec};
+
+/// Restored state by node index, then by new subtask index.
+pub(crate) type RestoreMap = HashMap<usize, Vec<RestoreState>>;
+
+fn storage_err(e: weir_checkpoint::Error) -> Error {
+    Error::Config(e.to_string())
+}
+
+/// Writes checkpoint `id` from the tasks' acknowledgements and returns its path.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_checkpoint(
+    storage: &CheckpointStorage,
+    job_name: &str,
+    graph: &Graph,
+    plan: &Plan,
+    max_parallelism: usize,
+    id: CheckpointId,
+    kind: CheckpointKind,
+    acks: Vec<(TaskKey, BTreeMap<String, OperatorSnapshot>)>,
+    stats: &weir_checkpoint::CheckpointStats,
+) -> Result<PathBuf> {
+    let writer = storage.begin(id, kind).map_err(storage_err)?;
+    let by_id: HashMap<String, usize> = graph.nodes.iter().map(|n| (n.operator_id(), n.id.0)).collect();
+    let mut operators: BTreeMap<usize, OperatorManifest> = BTreeMap::new();
+    for (task, snapshots) in acks {
+        let subtask = task.subtask.0;
+        for (op_id, snap) in snapshots {
+            let node = *by_id
+                .get(&op_id)
+                .ok_or_else(|| Error::Config(format!("internal: snapshot of unknown operator '{op_id}'")))?;
+            let bytes = codec::encode(&snap)?;
+            let name = format!("op{node}-{subtask}.state");
+            let entry = writer.write_file(&name, &bytes).map_err(storage_err)?;
+            let spec = &graph.nodes[node];
+            let op = operators.entry(node).or_insert_with(|| OperatorManifest {
+                uid: op_id.clone(),
+                name: spec.name.clone(),
+                parallelism: plan.parallelism[node],
+                subtasks: Vec::new(),
+            });
+            op.subtasks.push(SubtaskManifest {
+                subtask,
+                files: vec![entry],
+                operator_state: snap.description.map(serde_json::Value::String),
+            });
+        }
+    }
+    let mut manifest = Manifest::new(job_name, id, kind, max_parallelism);
+    manifest.stats = stats.into();
+    manifest.operators = operators
+        .into_values()
+        .map(|mut o| {
+            o.subtasks.sort_by_key(|s| s.subtask);
+            o
+        })
+        .collect();
+    writer.finish(manifest).map_err(storage_err)
+}
+
+/// Finds the checkpoint to restore from: the explicit path, or the latest complete one.
+pub(crate) fn find_restore(
+    storage: &CheckpointStorage,
+    explicit: Option<&Path>,
+) -> Result<Option<(Manifest, PathBuf)>> {
+    if let Some(p) = explicit {
+        let m = storage.load(p).map_err(storage_err)?;
+        let dir = if p.file_name().is_some_and(|n| n == "_metadata") { p.parent().unwrap_or(p) } else { p };
+        return Ok(Some((m, dir.to_path_buf())));
+    }
+    let latest = storage.latest_complete().map_err(storage_err)?;
+    for s in &latest.skipped {
+        eprintln!("[weir] skipping corrupt checkpoint {}: {}", s.path.display(), s.error);
+    }
+    Ok(latest.checkpoint.map(|c| (c.manifest, c.path)))
+}
+
+/// Loads every operator's snapshots and splits them for the job's current parallelism.
+pub(crate) fn restore_map(
+    storage: &CheckpointStorage,
+    manifest: &Manifest,
+    path: &Path,
+    graph: &Graph,
+    plan: &Plan,
+    max_parallelism: usize,
+) -> Result<RestoreMap> {
+    if manifest.max_parallelism != max_parallelism {
+        return Err(Error::Config(format!(
+            "checkpoint {} at {} was taken with max parallelism {}, but the job now has {}: keyed state \
+             cannot be redistributed across a different number of key groups; set max_parallelism back to {}",
+            manifest.checkpoint_id,
+            path.display(),
+            manifest.max_parallelism,
+            max_parallelism,
+            manifest.max_parallelism
+        )));
+    }
+    let ids: HashMap<String, usize> = graph.nodes.iter().map(|n| (n.operator_id(), n.id.0)).collect();
+    for op in &manifest.operators {
+        if !ids.contains_key(&op.uid) {
+            return Err(Error::Config(format!(
+                "checkpoint {} holds state of operator '{}' ({}) that this job does not have; give the \
+                 operator the same uid as before, or start without this checkpoint",
+                manifest.checkpoint_id, op.uid, op.name
+            )));
+        }
+    }
+    let mut out = RestoreMap::new();
+    for node in &graph.nodes {
+        let Some(op) = manifest.operator(&node.operator_id()) else { continue };
+        let mut old: Vec<OperatorSnapshot> = Vec::with_capacity(op.subtasks.len());
+        for st in &op.subtasks {
+            for f in &st.files {
+                let bytes = storage.read_file(path, f).map_err(storage_err)?;
+                old.push(codec::decode(&bytes).map_err(|e| {
+                    Error::Config(format!("{}: cannot decode {}: {e}", path.display(), f.name))
+                })?);
+            }
+        }
+        let p = plan.parallelism[node.id.0];
+        let mut per_subtask = Vec::with_capacity(p);
+        for s in 0..p {
+            let range = key_group_range(s, max_parallelism, p);
+            let mut r = RestoreState { checkpoint: Some(manifest.checkpoint_id), ..Default::default() };
+            for snap in &old {
+                for (table, blobs) in &snap.keyed {
+                    let e = r.keyed.entry(table.clone()).or_default();
+                    e.extend(blobs.iter().filter(|(g, _)| range.contains(g)).cloned());
+                }
+                if let Some(op_state) = &snap.operator {
+                    r.operator.push(op_state.clone());
+                }
+            }
+            per_subtask.push(r);
+        }
+        out.insert(node.id.0, per_subtask);
+    }
+    Ok(out)
+}
