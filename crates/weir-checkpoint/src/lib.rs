@@ -1,0 +1,33 @@
+//! weir-checkpoint: the checkpoint coordinator and checkpoint storage.
+//!
+//! Two independent parts, glued together by the runtime:
+//!
+//! - [`coordinator`]: a sans-IO state machine that decides when checkpoint `n` is triggered,
+//!   collects the tasks' acknowledgements, and tells the runtime when `n` is complete,
+//!   aborted or subsumed ([`Coordinator`], [`Action`]). No threads, clocks or files.
+//! - [`storage`]: checkpoints in a directory — state files, the `_metadata` manifest written
+//!   last and atomically, verification (size + CRC-32) on load, fallback to the previous
+//!   checkpoint when the newest is corrupt, savepoints and retention ([`CheckpointStorage`],
+//!   [`Manifest`]).
+//!
+//! Neither part knows operators, state backends or channels; those belong to weir-state and
+//! weir-runtime.
+#![deny(missing_docs)]
+
+pub mod coordinator;
+pub mod error;
+mod kind;
+pub mod storage;
+
+pub use coordinator::{
+    AbortReason, AckStats, Action, CheckpointStats, Coordinator, CoordinatorConfig, Participants,
+    TaskKey,
+};
+pub use error::{Error, FileProblem, Result};
+pub use kind::CheckpointKind;
+pub use storage::{
+    CheckpointInfo, CheckpointStorage, CheckpointWriter, DEFAULT_RETAINED, FileEntry,
+    LatestComplete, LoadedCheckpoint, Manifest, ManifestStats, OperatorManifest, RetainReport,
+    SkippedCheckpoint, SubtaskManifest,
+};
+pub use weir_core::ids::CheckpointId;

@@ -1,0 +1,319 @@
+//! The checkpoint manifest (`_metadata`): what a checkpoint contains, as pretty JSON.
+//!
+//! Owns the format ([`Manifest`] and its parts), parsing with a version check, and the
+//! consistency rules a manifest must follow. Verifying the referenced files is the storage's
+//! job.
+
+use super::layout::{self, parse_dir_name};
+use crate::coordinator::CheckpointStats;
+use crate::error::{Error, Result};
+use crate::kind::CheckpointKind;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use weir_core::ids::CheckpointId;
+
+/// The newest manifest format this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// One state file of a checkpoint, as recorded in the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FileEntry {
+    /// The file name: in the checkpoint directory, or in `shared/` when `shared` is true.
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// CRC-32 (IEEE) of the contents.
+    pub crc32: u32,
+    /// True when the file lives in `shared/` (incremental checkpoints); never in savepoints.
+    #[serde(default)]
+    pub shared: bool,
+}
+
+/// Statistics recorded in the manifest.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestStats {
+    /// From trigger to the last acknowledgement, in milliseconds.
+    pub duration_ms: u64,
+    /// Bytes written by all tasks.
+    pub bytes: u64,
+    /// The longest barrier alignment of any task, in milliseconds.
+    pub alignment_ms: u64,
+}
+
+impl From<&CheckpointStats> for ManifestStats {
+    fn from(s: &CheckpointStats) -> Self {
+        ManifestStats {
+            duration_ms: s.duration.as_millis() as u64,
+            bytes: s.bytes,
+            alignment_ms: s.max_alignment.as_millis() as u64,
+        }
+    }
+}
+
+/// The snapshot of one subtask of an operator.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SubtaskManifest {
+    /// The subtask index.
+    pub subtask: usize,
+    /// Its state files.
+    #[serde(default)]
+    pub files: Vec<FileEntry>,
+    /// Small, human-readable operator state (e.g. a source's positions), stored inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_state: Option<serde_json::Value>,
+}
+
+/// The snapshot of one operator.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OperatorManifest {
+    /// The operator's stable id (`.uid(..)` or derived from the DSL position).
+    pub uid: String,
+    /// The operator's display name.
+    pub name: String,
+    /// The parallelism it ran with.
+    pub parallelism: usize,
+    /// One entry per subtask that has state.
+    #[serde(default)]
+    pub subtasks: Vec<SubtaskManifest>,
+}
+
+/// The manifest of a checkpoint or savepoint, stored as `_metadata`.
+///
+/// ```
+/// use weir_checkpoint::{CheckpointId, CheckpointKind, Manifest};
+/// let m = Manifest::new("balances", CheckpointId(3), CheckpointKind::Checkpoint, 128);
+/// let json = serde_json::to_string_pretty(&m).unwrap();
+/// assert!(json.contains("\"kind\": \"checkpoint\""));
+/// assert_eq!(serde_json::from_str::<Manifest>(&json).unwrap(), m);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// The format of this manifest ([`FORMAT_VERSION`] when written by this build).
+    pub format_version: u32,
+    /// The job's name.
+    pub job: String,
+    /// The checkpoint's id.
+    pub checkpoint_id: CheckpointId,
+    /// Checkpoint, savepoint or final checkpoint.
+    pub kind: CheckpointKind,
+    /// When the manifest was created, in milliseconds since the Unix epoch.
+    pub created_unix_ms: u64,
+    /// The number of key groups (fixed for the job's lifetime).
+    pub max_parallelism: usize,
+    /// Statistics.
+    pub stats: ManifestStats,
+    /// Every operator's snapshot.
+    #[serde(default)]
+    pub operators: Vec<OperatorManifest>,
+}
+
+impl Manifest {
+    /// An empty manifest created now (wall clock) in the current format.
+    pub fn new(
+        job: impl Into<String>,
+        checkpoint_id: CheckpointId,
+        kind: CheckpointKind,
+        max_parallelism: usize,
+    ) -> Self {
+        Manifest {
+            format_version: FORMAT_VERSION,
+            job: job.into(),
+            checkpoint_id,
+            kind,
+            created_unix_ms: layout::unix_millis(),
+            max_parallelism,
+            stats: ManifestStats::default(),
+            operators: Vec::new(),
+        }
+    }
+
+    /// Every file entry of every subtask of every operator.
+    pub fn files(&self) -> impl Iterator<Item = &FileEntry> {
+        self.operators
+            .iter()
+            .flat_map(|o| &o.subtasks)
+            .flat_map(|s| &s.files)
+    }
+
+    /// The operator with the given uid.
+    pub fn operator(&self, uid: &str) -> Option<&OperatorManifest> {
+        self.operators.iter().find(|o| o.uid == uid)
+    }
+
+    /// Parses `_metadata`, checking the format version before the structure so that a newer
+    /// format is reported as such.
+    pub(crate) fn read(path: &Path) -> Result<Manifest> {
+        let bytes = std::fs::read(path).map_err(|e| Error::io("read", path, e))?;
+        let parse = |source| Error::ManifestParse {
+            path: path.to_path_buf(),
+            source,
+        };
+        let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(parse)?;
+        if let Some(found) = value.get("format_version").and_then(|v| v.as_u64()) {
+            if found > u64::from(FORMAT_VERSION) {
+                return Err(Error::UnsupportedFormat {
+                    path: path.to_path_buf(),
+                    found: u32::try_from(found).unwrap_or(u32::MAX),
+                    supported: FORMAT_VERSION,
+                });
+            }
+        }
+        serde_json::from_value(value).map_err(parse)
+    }
+
+    /// Checks the rules a manifest stored in `dir` must follow: the id and kind match the
+    /// directory name (when it has a weir name), savepoints do not reference `shared/`, and
+    /// every file name is a plain name.
+    pub(crate) fn check(&self, dir: &Path) -> Result<()> {
+        let invalid = |problem: String| Error::InvalidManifest {
+            path: dir.join(layout::METADATA),
+            problem,
+        };
+        let dir_name = dir.file_name().and_then(|n| n.to_str());
+        if let Some((id, kind)) = dir_name.and_then(parse_dir_name) {
+            if id != self.checkpoint_id {
+                return Err(invalid(format!(
+                    "it records checkpoint {} but its directory is for checkpoint {id}",
+                    self.checkpoint_id
+                )));
+            }
+            if kind.is_savepoint() != self.kind.is_savepoint() {
+                return Err(invalid(format!(
+                    "it records a {} but its directory is named like a {kind}",
+                    self.kind
+                )));
+            }
+        }
+        for f in self.files() {
+            if self.kind.is_savepoint() && f.shared {
+                return Err(invalid(format!(
+                    "savepoints must be self-contained, but it references shared file {:?}",
+                    f.name
+                )));
+            }
+            layout::validate_file_name(&f.name)
+                .map_err(|e| invalid(format!("bad file entry: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn sample() -> Manifest {
+        let mut m = Manifest::new("job", CheckpointId(5), CheckpointKind::Checkpoint, 128);
+        m.operators.push(OperatorManifest {
+            uid: "src".into(),
+            name: "kafka source".into(),
+            parallelism: 2,
+            subtasks: vec![SubtaskManifest {
+                subtask: 1,
+                files: vec![FileEntry {
+                    name: "a".into(),
+                    size: 3,
+                    crc32: 9,
+                    shared: true,
+                }],
+                operator_state: Some(serde_json::json!({"payments/0": 42})),
+            }],
+        });
+        m
+    }
+
+    #[test]
+    fn json_round_trip_is_readable() {
+        let m = sample();
+        let json = serde_json::to_string_pretty(&m).unwrap();
+        for needle in [
+            "\"format_version\": 1",
+            "\"checkpoint_id\": 5",
+            "\"payments/0\": 42",
+            "\"shared\": true",
+        ] {
+            assert!(json.contains(needle), "{needle} in {json}");
+        }
+        assert_eq!(serde_json::from_str::<Manifest>(&json).unwrap(), m);
+        assert_eq!(m.files().count(), 1);
+        assert_eq!(m.operator("src").unwrap().parallelism, 2);
+        assert!(m.operator("nope").is_none());
+    }
+
+    #[test]
+    fn shared_defaults_to_false() {
+        let e: FileEntry = serde_json::from_str(r#"{"name":"x","size":1,"crc32":2}"#).unwrap();
+        assert!(!e.shared);
+    }
+
+    #[test]
+    fn stats_from_coordinator() {
+        let s = CheckpointStats {
+            triggered_at: Instant::now(),
+            duration: Duration::from_millis(1500),
+            bytes: 10,
+            max_alignment: Duration::from_millis(7),
+            max_sync: Duration::ZERO,
+            max_async: Duration::ZERO,
+            tasks: vec![],
+        };
+        assert_eq!(
+            ManifestStats::from(&s),
+            ManifestStats {
+                duration_ms: 1500,
+                bytes: 10,
+                alignment_ms: 7
+            }
+        );
+    }
+
+    #[test]
+    fn newer_format_is_reported_as_such() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("_metadata");
+        std::fs::write(&path, br#"{"format_version": 99, "something": "new"}"#).unwrap();
+        let e = Manifest::read(&path).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::UnsupportedFormat {
+                    found: 99,
+                    supported: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        std::fs::write(&path, b"{not json").unwrap();
+        assert!(matches!(
+            Manifest::read(&path),
+            Err(Error::ManifestParse { .. })
+        ));
+    }
+
+    #[test]
+    fn check_enforces_directory_and_savepoint_rules() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = sample();
+        m.check(&tmp.path().join("chk-00000000000000000005"))
+            .unwrap();
+        m.check(&tmp.path().join("renamed-by-user")).unwrap();
+        let e = m.check(&tmp.path().join("chk-6")).unwrap_err();
+        assert!(e.to_string().contains("records checkpoint 5"), "{e}");
+        let e = m.check(&tmp.path().join("sp-5-x")).unwrap_err();
+        assert!(e.to_string().contains("named like a savepoint"), "{e}");
+
+        let mut sp = m.clone();
+        sp.kind = CheckpointKind::Savepoint;
+        let e = sp.check(&tmp.path().join("sp-5-x")).unwrap_err();
+        assert!(e.to_string().contains("self-contained"), "{e}");
+
+        let mut bad = m;
+        bad.operators[0].subtasks[0].files[0].name = "../../etc/passwd".into();
+        assert!(matches!(
+            bad.check(tmp.path()),
+            Err(Error::InvalidManifest { .. })
+        ));
+    }
+}

@@ -1,0 +1,557 @@
+//! [`CheckpointWriter`]: writing the files of one checkpoint or savepoint, then its manifest.
+//!
+//! Also owns the in-process registry of checkpoints being written, which retention consults
+//! so that it never deletes a directory or a shared file a live writer still needs.
+
+use super::layout::{self, METADATA, METADATA_TMP};
+use super::manifest::{FileEntry, Manifest};
+use crate::error::{Error, Result};
+use crate::kind::CheckpointKind;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use weir_core::ids::CheckpointId;
+
+/// Checkpoints being written in this process: their directories and the shared files they
+/// wrote or reuse.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    next_token: AtomicU64,
+    writers: Mutex<HashMap<u64, InFlight>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    pub(crate) dir: PathBuf,
+    pub(crate) shared: HashSet<String>,
+}
+
+impl Registry {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, HashMap<u64, InFlight>> {
+        self.writers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn register(&self, dir: &Path) -> Result<u64> {
+        let mut writers = self.lock();
+        if writers.values().any(|w| w.dir == dir) {
+            return Err(Error::AlreadyExists {
+                path: dir.to_path_buf(),
+            });
+        }
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
+        let dir = dir.to_path_buf();
+        writers.insert(
+            token,
+            InFlight {
+                dir,
+                shared: HashSet::new(),
+            },
+        );
+        Ok(token)
+    }
+
+    fn protect_shared(&self, token: u64, name: &str) {
+        if let Some(w) = self.lock().get_mut(&token) {
+            w.shared.insert(name.to_string());
+        }
+    }
+
+    fn unregister(&self, token: u64) {
+        self.lock().remove(&token);
+    }
+}
+
+/// Writes the files of one checkpoint (or savepoint) and finally its manifest.
+///
+/// Cheap to clone and `Send + Sync`: hand a clone to every task (thread) that writes files
+/// of this checkpoint. Files are fsynced when written; the checkpoint exists only once
+/// [`finish`](CheckpointWriter::finish) has renamed `_metadata` into place.
+#[derive(Debug, Clone)]
+pub struct CheckpointWriter {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    id: CheckpointId,
+    kind: CheckpointKind,
+    dir: PathBuf,
+    shared_dir: PathBuf,
+    registry: Arc<Registry>,
+    token: u64,
+    seq: AtomicU64,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Names written so far, and whether through `write_shared`.
+    names: HashMap<String, bool>,
+    finished: bool,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.registry.unregister(self.token);
+    }
+}
+
+impl CheckpointWriter {
+    pub(crate) fn new(
+        id: CheckpointId,
+        kind: CheckpointKind,
+        dir: PathBuf,
+        shared_dir: PathBuf,
+        registry: Arc<Registry>,
+    ) -> Result<Self> {
+        let token = registry.register(&dir)?;
+        let inner = Inner {
+            id,
+            kind,
+            dir,
+            shared_dir,
+            registry,
+            token,
+            seq: AtomicU64::new(0),
+            state: Mutex::new(State::default()),
+        };
+        Ok(CheckpointWriter {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The checkpoint's id.
+    pub fn id(&self) -> CheckpointId {
+        self.inner.id
+    }
+
+    /// The checkpoint's kind.
+    pub fn kind(&self) -> CheckpointKind {
+        self.inner.kind
+    }
+
+    /// The checkpoint's directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Writes (and fsyncs) a file into the checkpoint's directory.
+    ///
+    /// `name` must be a plain file name not starting with `.` or `_`, unique within the
+    /// checkpoint (prefix it with the operator uid and subtask).
+    pub fn write_file(&self, name: &str, bytes: &[u8]) -> Result<FileEntry> {
+        layout::validate_file_name(name)?;
+        self.reserve(name, false)?;
+        let path = self.inner.dir.join(name);
+        let written = layout::write_synced(&path, bytes);
+        if written.is_err() {
+            self.state().names.remove(name);
+        }
+        written?;
+        Ok(entry(name, bytes, false))
+    }
+
+    /// Writes a file that several checkpoints may share (e.g. an immutable SST file of an
+    /// incremental RocksDB snapshot) into `shared/`, returning an entry with `shared: true`.
+    /// If the file already exists with the same size and checksum it is not rewritten; if it
+    /// exists with other contents that is an [`Error::SharedConflict`]: shared names must
+    /// identify their contents.
+    ///
+    /// For a savepoint, which must be self-contained, the file is written into the
+    /// savepoint's own directory instead and the entry has `shared: false`; state backends
+    /// need not tell the two cases apart.
+    pub fn write_shared(&self, name: &str, bytes: &[u8]) -> Result<FileEntry> {
+        layout::validate_file_name(name)?;
+        self.reserve(name, true)?;
+        let savepoint = self.inner.kind.is_savepoint();
+        let dir = if savepoint {
+            &self.inner.dir
+        } else {
+            // Register before looking at the file, so that a concurrent retain either sees the
+            // name protected or has already deleted the file (which is then rewritten).
+            self.inner.registry.protect_shared(self.inner.token, name);
+            &self.inner.shared_dir
+        };
+        let path = dir.join(name);
+        let new = entry(name, bytes, !savepoint);
+        match layout::file_crc(&path) {
+            Ok((size, crc)) if size == new.size && crc == new.crc32 => return Ok(new),
+            Ok((existing_size, existing_crc)) => {
+                return Err(Error::SharedConflict {
+                    path,
+                    existing_size,
+                    existing_crc,
+                    new_size: new.size,
+                    new_crc: new.crc32,
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("read", path, e)),
+        }
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+        let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(layout::tmp_name(self.inner.token, seq, name));
+        let written = layout::write_synced(&tmp, bytes).and_then(|()| {
+            std::fs::rename(&tmp, &path).map_err(|e| Error::io("rename into place", &tmp, e))
+        });
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written.map(|()| new)
+    }
+
+    /// Completes the checkpoint: checks that `manifest` belongs to it and that every file it
+    /// references exists with the recorded size, writes the manifest as pretty JSON to
+    /// `_metadata.tmp`, fsyncs it, renames it to `_metadata` and fsyncs the directory. Only
+    /// then is the checkpoint complete. Returns the checkpoint's directory.
+    ///
+    /// Other clones of this writer can write no more files afterwards.
+    pub fn finish(self, manifest: Manifest) -> Result<PathBuf> {
+        let inner = &self.inner;
+        let span =
+            tracing::info_span!("checkpoint_finish", checkpoint = %inner.id, kind = %inner.kind);
+        let _enter = span.enter();
+        let mut state = self.state();
+        if state.finished {
+            return Err(Error::WriterFinished {
+                path: inner.dir.clone(),
+            });
+        }
+        let invalid = |problem: String| Error::InvalidManifest {
+            path: inner.dir.clone(),
+            problem,
+        };
+        if manifest.checkpoint_id != inner.id {
+            return Err(invalid(format!(
+                "the manifest is for checkpoint {} but this writer writes checkpoint {}",
+                manifest.checkpoint_id, inner.id
+            )));
+        }
+        if manifest.kind.is_savepoint() != inner.kind.is_savepoint() {
+            return Err(invalid(format!(
+                "the manifest says {} but this writer writes a {}",
+                manifest.kind, inner.kind
+            )));
+        }
+        manifest.check(&inner.dir)?;
+        let mut any_shared = false;
+        for f in manifest.files() {
+            any_shared |= f.shared;
+            let path = if f.shared {
+                inner.shared_dir.join(&f.name)
+            } else {
+                inner.dir.join(&f.name)
+            };
+            let problem = match std::fs::metadata(&path) {
+                Ok(m) if m.len() == f.size => continue,
+                Ok(m) => crate::FileProblem::Size {
+                    expected: f.size,
+                    actual: m.len(),
+                },
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => crate::FileProblem::Missing,
+                Err(e) => return Err(Error::io("read", path, e)),
+            };
+            return Err(Error::Corrupt {
+                checkpoint: inner.dir.clone(),
+                file: path,
+                problem,
+            });
+        }
+        if any_shared {
+            layout::sync_dir(&inner.shared_dir)?;
+        }
+        let json =
+            serde_json::to_vec_pretty(&manifest).map_err(|source| Error::ManifestEncode {
+                path: inner.dir.clone(),
+                source,
+            })?;
+        let tmp = inner.dir.join(METADATA_TMP);
+        layout::write_synced(&tmp, &json)?;
+        let target = inner.dir.join(METADATA);
+        std::fs::rename(&tmp, &target).map_err(|e| Error::io("rename into place", &tmp, e))?;
+        layout::sync_dir(&inner.dir)?;
+        state.finished = true;
+        drop(state);
+        inner.registry.unregister(inner.token);
+        tracing::info!(path = %inner.dir.display(), files = manifest.files().count(), "checkpoint written");
+        Ok(inner.dir.clone())
+    }
+
+    #[cfg(test)]
+    pub(crate) fn inner_token(&self) -> u64 {
+        self.inner.token
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Claims `name` for this checkpoint; the same shared name may be claimed again.
+    fn reserve(&self, name: &str, shared: bool) -> Result<()> {
+        let mut state = self.state();
+        if state.finished {
+            return Err(Error::WriterFinished {
+                path: self.inner.dir.clone(),
+            });
+        }
+        match state.names.get(name) {
+            Some(&was_shared) if was_shared && shared => Ok(()),
+            Some(_) => Err(Error::DuplicateFile {
+                checkpoint: self.inner.dir.clone(),
+                name: name.to_string(),
+            }),
+            None => {
+                state.names.insert(name.to_string(), shared);
+                Ok(())
+            }
+        }
+    }
+}
+
+fn entry(name: &str, bytes: &[u8], shared: bool) -> FileEntry {
+    FileEntry {
+        name: name.to_string(),
+        size: bytes.len() as u64,
+        crc32: crc32fast::hash(bytes),
+        shared,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{manifest, storage};
+    use super::*;
+    use crate::FileProblem;
+    use std::fs;
+
+    fn assert_send_sync<T: Send + Sync + Clone>() {}
+
+    #[test]
+    fn writer_is_shareable() {
+        assert_send_sync::<CheckpointWriter>();
+    }
+
+    #[test]
+    fn concurrent_writes_from_several_threads() {
+        let (_tmp, s) = storage();
+        let w = s
+            .begin(CheckpointId(1), CheckpointKind::Checkpoint)
+            .unwrap();
+        let handles: Vec<_> = (0..8)
+            .map(|t| {
+                let w = w.clone();
+                std::thread::spawn(move || {
+                    let mut files = Vec::new();
+                    for i in 0..10 {
+                        let body = vec![t as u8; 1000 + i];
+                        files.push(w.write_file(&format!("t{t}-{i}"), &body).unwrap());
+                        // every thread also "reuses" the same shared files
+                        files.push(
+                            w.write_shared(&format!("sst-{i}"), format!("sst {i}").as_bytes())
+                                .unwrap(),
+                        );
+                    }
+                    files
+                })
+            })
+            .collect();
+        let files: Vec<FileEntry> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        let path = w
+            .finish(manifest(1, CheckpointKind::Checkpoint, files))
+            .unwrap();
+        let m = s.load(&path).unwrap();
+        assert_eq!(m.files().count(), 160);
+        for f in m.files() {
+            let bytes = s.read_file(&path, f).unwrap();
+            assert_eq!(bytes.len() as u64, f.size);
+        }
+        let leftovers: Vec<_> = fs::read_dir(s.dir().join("shared"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            leftovers.len(),
+            10,
+            "no temporary files left: {leftovers:?}"
+        );
+    }
+
+    #[test]
+    fn duplicate_names_are_rejected() {
+        let (_tmp, s) = storage();
+        let w = s
+            .begin(CheckpointId(1), CheckpointKind::Checkpoint)
+            .unwrap();
+        w.write_file("a", b"1").unwrap();
+        let e = w.write_file("a", b"2").unwrap_err();
+        assert!(matches!(e, Error::DuplicateFile { .. }), "{e}");
+        assert!(
+            e.to_string().contains("prefix them with the operator uid"),
+            "{e}"
+        );
+        assert!(matches!(
+            w.write_shared("a", b"1"),
+            Err(Error::DuplicateFile { .. })
+        ));
+        w.write_shared("s", b"1").unwrap();
+        assert!(matches!(
+            w.write_file("s", b"1"),
+            Err(Error::DuplicateFile { .. })
+        ));
+        assert!(matches!(
+            w.write_file("_metadata", b"{}"),
+            Err(Error::InvalidName { .. })
+        ));
+    }
+
+    #[test]
+    fn existing_shared_file_is_not_rewritten() {
+        let (_tmp, s) = storage();
+        let w = s
+            .begin(CheckpointId(1), CheckpointKind::Checkpoint)
+            .unwrap();
+        let first = w.write_shared("sst-1", b"immutable").unwrap();
+        assert_eq!(
+            first,
+            FileEntry {
+                name: "sst-1".into(),
+                size: 9,
+                crc32: crc32fast::hash(b"immutable"),
+                shared: true
+            }
+        );
+        let path = s.dir().join("shared/sst-1");
+        let before = fs::metadata(&path).unwrap().modified().unwrap();
+        let w2 = s
+            .begin(CheckpointId(2), CheckpointKind::Checkpoint)
+            .unwrap();
+        // make a rewrite detectable: set the file read-only
+        let mut perms = fs::metadata(&path).unwrap().permissions();
+        perms.set_readonly(true);
+        fs::set_permissions(&path, perms).unwrap();
+        assert_eq!(w2.write_shared("sst-1", b"immutable").unwrap(), first);
+        assert_eq!(fs::metadata(&path).unwrap().modified().unwrap(), before);
+        let e = w2.write_shared("sst-1", b"different").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::SharedConflict {
+                    existing_size: 9,
+                    new_size: 9,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("shared/sst-1"), "{e}");
+    }
+
+    #[test]
+    fn savepoints_copy_shared_files_into_themselves() {
+        let (_tmp, s) = storage();
+        let w = s.savepoint(CheckpointId(5), "copy").unwrap();
+        let e = w.write_shared("sst-1", b"data").unwrap();
+        assert!(!e.shared);
+        assert_eq!(
+            w.write_shared("sst-1", b"data").unwrap(),
+            e,
+            "repeat is deduplicated"
+        );
+        assert!(w.path().join("sst-1").is_file());
+        assert!(!s.dir().join("shared/sst-1").exists());
+        let path = w
+            .finish(manifest(5, CheckpointKind::Savepoint, vec![e]))
+            .unwrap();
+        assert_eq!(s.load(&path).unwrap().kind, CheckpointKind::Savepoint);
+    }
+
+    #[test]
+    fn finish_checks_the_manifest() {
+        let (_tmp, s) = storage();
+        let w = s
+            .begin(CheckpointId(1), CheckpointKind::Checkpoint)
+            .unwrap();
+        let f = w.write_file("a", b"abc").unwrap();
+        let wrong_id = w
+            .clone()
+            .finish(manifest(2, CheckpointKind::Checkpoint, vec![f.clone()]));
+        assert!(
+            wrong_id
+                .unwrap_err()
+                .to_string()
+                .contains("manifest is for checkpoint 2")
+        );
+        let wrong_kind = w
+            .clone()
+            .finish(manifest(1, CheckpointKind::Savepoint, vec![f.clone()]));
+        assert!(
+            wrong_kind
+                .unwrap_err()
+                .to_string()
+                .contains("says savepoint")
+        );
+        let ghost = FileEntry {
+            name: "never-written".into(),
+            ..f.clone()
+        };
+        let e = w
+            .clone()
+            .finish(manifest(1, CheckpointKind::Checkpoint, vec![ghost]))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Corrupt {
+                    problem: FileProblem::Missing,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let wrong_size = FileEntry {
+            size: 4,
+            ..f.clone()
+        };
+        assert!(
+            w.clone()
+                .finish(manifest(1, CheckpointKind::Checkpoint, vec![wrong_size]))
+                .is_err()
+        );
+        assert!(
+            !w.path().join("_metadata").exists(),
+            "nothing was published"
+        );
+        // final checkpoints go through a checkpoint writer
+        w.clone()
+            .finish(manifest(1, CheckpointKind::Final, vec![f]))
+            .unwrap();
+        assert!(matches!(
+            w.write_file("late", b"x"),
+            Err(Error::WriterFinished { .. })
+        ));
+        let again = w.finish(manifest(1, CheckpointKind::Final, vec![]));
+        assert!(matches!(again, Err(Error::WriterFinished { .. })));
+    }
+
+    #[test]
+    fn registry_tracks_live_writers() {
+        let (_tmp, s) = storage();
+        let w = s
+            .begin(CheckpointId(1), CheckpointKind::Checkpoint)
+            .unwrap();
+        w.write_shared("x", b"x").unwrap();
+        let clone = w.clone();
+        drop(w);
+        assert_eq!(s.registry.lock().len(), 1, "a clone keeps the writer alive");
+        assert!(s.registry.lock().values().all(|f| f.shared.contains("x")));
+        drop(clone);
+        assert!(s.registry.lock().is_empty());
+    }
+}
