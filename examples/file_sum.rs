@@ -16,6 +16,10 @@
 //! - `--parallelism` sets the parallelism of the keyed sum and the sink (the file is read by
 //!   one reader so each key's lines stay in file order); it may change between runs.
 //! - `--max-rate` throttles the reader, so a kill can land mid-run.
+//! - `--from-savepoint PATH` starts from a savepoint (or a specific checkpoint) instead of
+//!   the latest checkpoint in CKDIR. Take a savepoint of a running job with
+//!   `weir savepoint trigger CKDIR`, or stop it with one with `weir savepoint stop CKDIR`
+//!   (the job then exits 0 and prints the savepoint's path).
 //! - Exits 0 once the input is consumed and the final checkpoint has committed everything;
 //!   a malformed line fails the job with the line's content and number.
 
@@ -31,6 +35,7 @@ struct Args {
     interval_ms: u64,
     parallelism: usize,
     max_rate: Option<u64>,
+    from_savepoint: Option<PathBuf>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -40,6 +45,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut interval_ms = 1000;
     let mut parallelism = 1;
     let mut max_rate = None;
+    let mut from_savepoint = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -47,13 +53,17 @@ fn parse_args() -> anyhow::Result<Args> {
             "--input" => input = Some(PathBuf::from(value()?)),
             "--output" => output = Some(PathBuf::from(value()?)),
             "--checkpoint-dir" => checkpoint_dir = Some(PathBuf::from(value()?)),
-            "--checkpoint-interval-ms" => interval_ms = value()?.parse().context("--checkpoint-interval-ms")?,
+            "--checkpoint-interval-ms" => {
+                interval_ms = value()?.parse().context("--checkpoint-interval-ms")?
+            }
             "--parallelism" => parallelism = value()?.parse().context("--parallelism")?,
             "--max-rate" => max_rate = Some(value()?.parse().context("--max-rate")?),
+            "--from-savepoint" => from_savepoint = Some(PathBuf::from(value()?)),
             "-h" | "--help" => {
                 println!(
                     "usage: file_sum --input IN --output OUTDIR --checkpoint-dir CKDIR \
-                     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S]"
+                     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
+                     [--from-savepoint PATH]"
                 );
                 std::process::exit(0);
             }
@@ -67,6 +77,7 @@ fn parse_args() -> anyhow::Result<Args> {
         interval_ms,
         parallelism,
         max_rate,
+        from_savepoint,
     })
 }
 
@@ -81,9 +92,17 @@ impl KeyedProcessFunction<String, (String, i64), (String, i64)> for RunningSum {
         self.sum = Some(state.value_state("sum")?);
         Ok(())
     }
-    fn process(&mut self, (key, value): (String, i64), ctx: &mut KeyedContext<'_, String, (String, i64)>) -> weir::Result<()> {
+    fn process(
+        &mut self,
+        (key, value): (String, i64),
+        ctx: &mut KeyedContext<'_, String, (String, i64)>,
+    ) -> weir::Result<()> {
         let sum = self.sum.as_mut().expect("opened");
-        let next = sum.get()?.unwrap_or(0).checked_add(value).ok_or_else(|| Error::user(format!("sum of key '{key}' overflows i64")))?;
+        let next = sum
+            .get()?
+            .unwrap_or(0)
+            .checked_add(value)
+            .ok_or_else(|| Error::user(format!("sum of key '{key}' overflows i64")))?;
         sum.set(next)?;
         ctx.emit((key, next));
         Ok(())
@@ -103,8 +122,12 @@ fn parse_line(line: &str) -> weir::Result<(String, i64)> {
 
 fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
-    let checkpoints = CheckpointConfig::new(&args.checkpoint_dir).interval(Duration::from_millis(args.interval_ms));
-    let env = Env::new().parallelism(args.parallelism).checkpoints(checkpoints);
+    let mut checkpoints = CheckpointConfig::new(&args.checkpoint_dir)
+        .interval(Duration::from_millis(args.interval_ms));
+    checkpoints.restore_from = args.from_savepoint.clone();
+    let env = Env::new()
+        .parallelism(args.parallelism)
+        .checkpoints(checkpoints);
     let lines = match args.max_rate {
         Some(r) => env.read_text_file_at_rate(&args.input, r),
         None => env.read_text_file(&args.input),
@@ -122,6 +145,14 @@ fn main() -> anyhow::Result<()> {
         .write_text_exactly_once(&args.output, |(k, s)| format!("{k},{s}"))
         .uid("sink");
     let result = env.execute("file_sum").context("file_sum failed")?;
+    if result.stopped_with_savepoint {
+        let path = result
+            .savepoints
+            .last()
+            .context("stopped without a savepoint path")?;
+        println!("stopped with savepoint {}", path.display());
+        return Ok(());
+    }
     eprintln!(
         "file_sum: done, {} lines read in {:.2}s",
         result.records_read(),

@@ -1,1 +1,199 @@
-//! tmp
+//! Shared helpers for weir's end-to-end tests (`tests/end_to_end`).
+//!
+//! Owns the test-only sources and sinks that make runs deterministic and observable:
+//! [`event_time`] (a source that drives watermarks record by record), [`BySubtask`] (a sink
+//! that remembers which subtask saw each record), [`Stamped`] (a sink that keeps each
+//! record's timestamp) and [`join_within`] (waits for a job with a deadline instead of
+//! hanging). Everything here uses only the public API (`weir::prelude`).
+
+use std::collections::BTreeMap;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use weir::prelude::*;
+
+/// How long any test job may run before the test fails instead of hanging.
+pub const JOB_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Waits for a started job, failing the test if it has not ended within `limit`.
+///
+/// # Panics
+/// When the job is still running after `limit`.
+pub fn join_within(handle: JobHandle, limit: Duration) -> weir::Result<JobResult> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(handle.join());
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("the job did not end within {limit:?}"))
+}
+
+/// Runs the pipeline of `env` with [`JOB_DEADLINE`].
+pub fn run(env: &Env) -> weir::Result<JobResult> {
+    join_within(env.execute_async("test")?, JOB_DEADLINE)
+}
+
+/// Runs the pipeline of `env`, which must fail, and returns its error.
+///
+/// # Panics
+/// When the job succeeds or does not end within [`JOB_DEADLINE`].
+pub fn run_failing(env: &Env) -> weir::Error {
+    match run(env) {
+        Ok(r) => panic!("the job should have failed but succeeded: {r:?}"),
+        Err(e) => e,
+    }
+}
+
+/// Emits one record per poll and reports itself idle in between, so the runtime ticks
+/// after every record.
+struct Paced<T> {
+    items: Arc<Vec<(T, Timestamp)>>,
+    next: usize,
+    started: bool,
+}
+
+impl<T: Data> SourceFunction<T> for Paced<T> {
+    fn poll(&mut self, out: &mut SourceOutput<'_, T>) -> weir::Result<SourceStatus> {
+        if !self.started {
+            // The runtime ticks before the first poll; idle once so that the first record,
+            // like every other, is polled at least 1 ms after the previous tick.
+            self.started = true;
+            return Ok(SourceStatus::Idle(1));
+        }
+        if let Some((v, ts)) = self.items.get(self.next) {
+            out.emit_at(v.clone(), *ts)?;
+            self.next += 1;
+        }
+        Ok(if self.next >= self.items.len() {
+            SourceStatus::Finished
+        } else {
+            SourceStatus::Idle(1)
+        })
+    }
+}
+
+/// A timestamped stream whose watermark advances deterministically after every record:
+/// after record `i` the watermark is `max(ts_0..=ts_i) - max_delay - 1` (Flink's bounded
+/// out-of-orderness), so lateness can be tested exactly.
+///
+/// How: the source emits one record per poll, and every poll follows an idle one
+/// (`Idle(1)`); the runtime sleeps at least 1 ms after an idle poll, so the wall-clock
+/// millisecond always changes between two polls and the source task sends a
+/// processing-time tick after each record.
+/// The watermark operator (emit interval zero, chained to the source at parallelism 1)
+/// emits its watermark on every tick. Records and watermarks then travel in order on each
+/// channel, so every downstream subtask sees exactly this interleaving.
+pub fn event_time<T: Data + Sync>(
+    env: &Env,
+    items: Vec<(T, Timestamp)>,
+    max_delay: Timestamp,
+) -> Stream<T> {
+    let items = Arc::new(items);
+    env.source("paced", move |_| Paced {
+        items: items.clone(),
+        next: 0,
+        started: false,
+    })
+    .parallelism(1)
+    .with_watermarks(
+        WatermarkStrategy::bounded_out_of_orderness(max_delay).with_emit_interval(Duration::ZERO),
+    )
+    .parallelism(1)
+}
+
+/// The records a [`BySubtask`] sink received, with the index of the subtask that got each.
+pub struct BySubtask<T> {
+    seen: Arc<Mutex<Vec<(usize, T)>>>,
+}
+
+impl<T> Clone for BySubtask<T> {
+    fn clone(&self) -> Self {
+        BySubtask {
+            seen: self.seen.clone(),
+        }
+    }
+}
+
+impl<T: Data + Ord> BySubtask<T> {
+    /// Adds the sink after `stream` with the given parallelism.
+    pub fn attach(stream: &Stream<T>, parallelism: usize) -> Self {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let target = seen.clone();
+        stream
+            .sink("by-subtask", move || SubtaskSink {
+                target: target.clone(),
+                subtask: usize::MAX,
+            })
+            .parallelism(parallelism);
+        BySubtask { seen }
+    }
+
+    /// The sorted records each subtask received, by subtask index.
+    pub fn per_subtask(&self) -> BTreeMap<usize, Vec<T>> {
+        let mut m: BTreeMap<usize, Vec<T>> = BTreeMap::new();
+        for (s, v) in self.seen.lock().unwrap().iter() {
+            m.entry(*s).or_default().push(v.clone());
+        }
+        for v in m.values_mut() {
+            v.sort();
+        }
+        m
+    }
+}
+
+struct SubtaskSink<T> {
+    target: Arc<Mutex<Vec<(usize, T)>>>,
+    subtask: usize,
+}
+
+impl<T: Send + 'static> SinkFunction<T> for SubtaskSink<T> {
+    fn open(&mut self, ctx: &SinkContext) -> weir::Result<()> {
+        self.subtask = ctx.subtask;
+        Ok(())
+    }
+    fn invoke(&mut self, value: T, _ts: Timestamp) -> weir::Result<()> {
+        self.target.lock().unwrap().push((self.subtask, value));
+        Ok(())
+    }
+}
+
+/// The records a [`Stamped`] sink received, each with its event timestamp, in arrival
+/// order per sink subtask.
+pub struct Stamped<T> {
+    seen: Arc<Mutex<Vec<(T, Timestamp)>>>,
+}
+
+impl<T: Data> Stamped<T> {
+    /// Adds a `for_each` sink after `stream` that keeps records and timestamps.
+    pub fn attach(stream: &Stream<T>) -> Self {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let target = seen.clone();
+        stream.for_each(move || {
+            let target = target.clone();
+            move |v, ts| {
+                target.lock().unwrap().push((v, ts));
+                Ok(())
+            }
+        });
+        Stamped { seen }
+    }
+
+    /// Everything received, in arrival order (meaningful with one sink subtask).
+    pub fn values(&self) -> Vec<(T, Timestamp)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// Groups `(key, value)` pairs by key, keeping the order of values within each key.
+pub fn by_key<K: Ord + Clone, V: Clone>(items: &[(K, V)]) -> BTreeMap<K, Vec<V>> {
+    let mut m: BTreeMap<K, Vec<V>> = BTreeMap::new();
+    for (k, v) in items {
+        m.entry(k.clone()).or_default().push(v.clone());
+    }
+    m
+}
+
+/// Shorthand for a `(String, i64)` record.
+pub fn kv(k: &str, v: i64) -> (String, i64) {
+    (k.to_string(), v)
+}

@@ -1,1 +1,15 @@
+//! weir's end-to-end tests: whole pipelines built with the public DSL (`weir::prelude`),
+//! run on the local runtime, with exact expected outputs.
+//!
+//! Run with `cargo test -p weir-tests`. Shared sources, sinks and the deadline runner are
+//! in `tests/lib.rs` (`weir_tests`). Outputs of parallel sinks are sorted (or grouped by
+//! key, keeping per-key order) before comparing; no test sleeps to synchronise.
 
+mod connect;
+mod errors;
+mod joins;
+mod operators;
+mod parallelism;
+mod sources_sinks;
+mod timers;
+mod windows;

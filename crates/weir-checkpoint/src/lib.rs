@@ -15,7 +15,7 @@
 #![deny(missing_docs)]
 
 pub mod coordinator;
-pub mod error;
+mod error;
 mod kind;
 pub mod storage;
 

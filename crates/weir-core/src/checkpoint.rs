@@ -29,7 +29,10 @@ pub struct OperatorSnapshot {
 impl OperatorSnapshot {
     /// Total bytes of keyed and operator state.
     pub fn bytes(&self) -> usize {
-        self.keyed.values().flat_map(|t| t.iter().map(|(_, b)| b.len())).sum::<usize>()
+        self.keyed
+            .values()
+            .flat_map(|t| t.iter().map(|(_, b)| b.len()))
+            .sum::<usize>()
             + self.operator.as_ref().map_or(0, |b| b.len())
     }
 }
@@ -85,7 +88,10 @@ pub struct Participants {
 impl Participants {
     /// Registers an operator's hooks.
     pub fn register(&self, operator_id: &str, hooks: Rc<RefCell<dyn Checkpointed>>) {
-        self.inner.borrow_mut().push(Participant { operator_id: operator_id.to_string(), hooks });
+        self.inner.borrow_mut().push(Participant {
+            operator_id: operator_id.to_string(),
+            hooks,
+        });
     }
 
     /// Snapshots every participant; snapshots of one operator are merged.

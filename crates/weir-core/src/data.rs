@@ -19,6 +19,9 @@ impl<T: Clone + Send + Serialize + DeserializeOwned + 'static> Data for T {}
 pub trait Key: Data + Eq + Hash + Ord + std::fmt::Debug {}
 impl<T: Data + Eq + Hash + Ord + std::fmt::Debug> Key for T {}
 
+/// A shared key extractor.
+pub type KeyFn<T, K> = std::sync::Arc<dyn Fn(&T) -> K + Send + Sync>;
+
 /// The default number of key groups (the largest parallelism a keyed operator can take).
 pub const DEFAULT_MAX_PARALLELISM: usize = 128;
 

@@ -29,13 +29,18 @@ fn table() -> &'static Mutex<HashMap<String, String>> {
 /// weir_core::failpoint::hit("not.configured"); // no-op unless WEIR_FAILPOINTS names it
 /// ```
 pub fn hit(name: &str) {
-    let action = table().lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+    let action = table()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(name);
     let Some(action) = action else { return };
     eprintln!("[weir] fail point '{name}': {action}");
     match action.as_str() {
         "kill" => {
             let pid = std::process::id().to_string();
-            let _ = std::process::Command::new("kill").args(["-9", &pid]).status();
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid])
+                .status();
             // SIGKILL is delivered asynchronously; never continue past the fail point.
             loop {
                 std::thread::park();

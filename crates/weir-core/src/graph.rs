@@ -162,7 +162,7 @@ pub trait PortType: Send + Sync {
     /// Combines several outputs into one (`Box<dyn Output<T>>` each).
     fn fan_out(&self, outputs: Vec<Box<dyn Any>>) -> Box<dyn Any>;
     /// Converts a channel writer (`Box<dyn Output<T> + Send>`) into an output.
-    fn from_writer(&self, writer: Box<dyn Any + Send>) -> Box<dyn Any>;
+    fn writer_output(&self, writer: Box<dyn Any + Send>) -> Box<dyn Any>;
     /// The type name, for diagnostics.
     fn type_name(&self) -> &'static str;
 }
@@ -172,7 +172,7 @@ pub struct Port<T>(PhantomData<fn() -> T>);
 
 impl<T> Port<T> {
     /// The port type of `T`.
-    pub fn new() -> Arc<dyn PortType>
+    pub fn port_type() -> Arc<dyn PortType>
     where
         T: crate::data::Data,
     {
@@ -197,7 +197,7 @@ impl<T: crate::data::Data> PortType for Port<T> {
         Box::new(out)
     }
 
-    fn from_writer(&self, writer: Box<dyn Any + Send>) -> Box<dyn Any> {
+    fn writer_output(&self, writer: Box<dyn Any + Send>) -> Box<dyn Any> {
         let w = *writer
             .downcast::<Box<dyn Output<T> + Send>>()
             .expect("internal: writer type mismatch");

@@ -38,7 +38,12 @@ pub struct TimerQueue<K, N> {
 
 impl<K, N> Default for TimerQueue<K, N> {
     fn default() -> Self {
-        TimerQueue { by_time: BTreeMap::new(), live: FxHashSet::default(), dedup: true, len: 0 }
+        TimerQueue {
+            by_time: BTreeMap::new(),
+            live: FxHashSet::default(),
+            dedup: true,
+            len: 0,
+        }
     }
 }
 
@@ -47,7 +52,10 @@ impl<K, N> TimerQueue<K, N> {
     /// (windows that register a timer only when they create a window's state). It skips
     /// the duplicate check, which saves a hash-set insert and remove per timer.
     pub fn unique() -> Self {
-        TimerQueue { dedup: false, ..Self::default() }
+        TimerQueue {
+            dedup: false,
+            ..Self::default()
+        }
     }
 }
 
@@ -67,7 +75,10 @@ impl<K: Clone + Eq + Hash, N: Clone + Eq + Hash> TimerQueue<K, N> {
     /// # Panics
     /// On a queue made with [`TimerQueue::unique`], which does not support deletion.
     pub fn delete(&mut self, ts: Timestamp, key: K, ns: N) -> bool {
-        assert!(self.dedup, "timers of a unique timer queue cannot be deleted");
+        assert!(
+            self.dedup,
+            "timers of a unique timer queue cannot be deleted"
+        );
         let removed = self.live.remove(&(ts, key, ns));
         if removed {
             self.len -= 1;
@@ -85,7 +96,10 @@ impl<K: Clone + Eq + Hash, N: Clone + Eq + Hash> TimerQueue<K, N> {
             }
             let (ts, entries) = self.by_time.pop_first()?;
             let due: Vec<(K, N)> = if self.dedup {
-                entries.into_iter().filter(|(k, n)| self.live.remove(&(ts, k.clone(), n.clone()))).collect()
+                entries
+                    .into_iter()
+                    .filter(|(k, n)| self.live.remove(&(ts, k.clone(), n.clone())))
+                    .collect()
             } else {
                 entries
             };

@@ -239,12 +239,14 @@ impl WatermarkTracker {
     }
 
     fn recompute(&mut self) -> Option<Timestamp> {
-        let min = self
-            .channels
-            .iter()
-            .filter(|c| !c.idle || c.ended)
-            .map(|c| if c.ended { MAX_WATERMARK } else { c.watermark })
-            .min();
+        // Active channels decide; ended ones no longer constrain. With no active channel
+        // the watermark stays put unless every channel has ended.
+        let active = self.channels.iter().filter(|c| !c.idle && !c.ended).map(|c| c.watermark).min();
+        let min = match active {
+            Some(m) => Some(m),
+            None if self.channels.iter().all(|c| c.ended) => Some(MAX_WATERMARK),
+            None => None,
+        };
         match min {
             Some(m) if m > self.current => {
                 self.current = m;
@@ -307,8 +309,9 @@ mod tests {
         assert_eq!(t.on_idle(1, true), Some(100));
         assert_eq!(t.on_idle(0, true), None);
         assert!(t.all_idle());
-        // a watermark from a previously idle channel makes it active again
-        assert_eq!(t.on_watermark(1, 150), None);
-        assert_eq!(t.current(), 100);
+        // a watermark from a previously idle channel makes it active again; channel 0 is
+        // still idle, so channel 1 alone decides
+        assert_eq!(t.on_watermark(1, 150), Some(150));
+        assert!(!t.all_idle());
     }
 }

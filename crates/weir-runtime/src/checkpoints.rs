@@ -5,7 +5,9 @@
 use crate::plan::Plan;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use weir_checkpoint::{CheckpointKind, CheckpointStorage, Manifest, OperatorManifest, SubtaskManifest, TaskKey};
+use weir_checkpoint::{
+    CheckpointKind, CheckpointStorage, Manifest, OperatorManifest, SubtaskManifest, TaskKey,
+};
 use weir_core::checkpoint::{OperatorSnapshot, RestoreState};
 use weir_core::data::key_group_range;
 use weir_core::graph::Graph;
@@ -33,14 +35,18 @@ pub(crate) fn write_checkpoint(
     stats: &weir_checkpoint::CheckpointStats,
 ) -> Result<PathBuf> {
     let writer = storage.begin(id, kind).map_err(storage_err)?;
-    let by_id: HashMap<String, usize> = graph.nodes.iter().map(|n| (n.operator_id(), n.id.0)).collect();
+    let by_id: HashMap<String, usize> = graph
+        .nodes
+        .iter()
+        .map(|n| (n.operator_id(), n.id.0))
+        .collect();
     let mut operators: BTreeMap<usize, OperatorManifest> = BTreeMap::new();
     for (task, snapshots) in acks {
         let subtask = task.subtask.0;
         for (op_id, snap) in snapshots {
-            let node = *by_id
-                .get(&op_id)
-                .ok_or_else(|| Error::Config(format!("internal: snapshot of unknown operator '{op_id}'")))?;
+            let node = *by_id.get(&op_id).ok_or_else(|| {
+                Error::Config(format!("internal: snapshot of unknown operator '{op_id}'"))
+            })?;
             let bytes = codec::encode(&snap)?;
             let name = format!("op{node}-{subtask}.state");
             let entry = writer.write_file(&name, &bytes).map_err(storage_err)?;
@@ -77,12 +83,20 @@ pub(crate) fn find_restore(
 ) -> Result<Option<(Manifest, PathBuf)>> {
     if let Some(p) = explicit {
         let m = storage.load(p).map_err(storage_err)?;
-        let dir = if p.file_name().is_some_and(|n| n == "_metadata") { p.parent().unwrap_or(p) } else { p };
+        let dir = if p.file_name().is_some_and(|n| n == "_metadata") {
+            p.parent().unwrap_or(p)
+        } else {
+            p
+        };
         return Ok(Some((m, dir.to_path_buf())));
     }
     let latest = storage.latest_complete().map_err(storage_err)?;
     for s in &latest.skipped {
-        eprintln!("[weir] skipping corrupt checkpoint {}: {}", s.path.display(), s.error);
+        eprintln!(
+            "[weir] skipping corrupt checkpoint {}: {}",
+            s.path.display(),
+            s.error
+        );
     }
     Ok(latest.checkpoint.map(|c| (c.manifest, c.path)))
 }
@@ -107,7 +121,11 @@ pub(crate) fn restore_map(
             manifest.max_parallelism
         )));
     }
-    let ids: HashMap<String, usize> = graph.nodes.iter().map(|n| (n.operator_id(), n.id.0)).collect();
+    let ids: HashMap<String, usize> = graph
+        .nodes
+        .iter()
+        .map(|n| (n.operator_id(), n.id.0))
+        .collect();
     for op in &manifest.operators {
         if !ids.contains_key(&op.uid) {
             return Err(Error::Config(format!(
@@ -119,7 +137,9 @@ pub(crate) fn restore_map(
     }
     let mut out = RestoreMap::new();
     for node in &graph.nodes {
-        let Some(op) = manifest.operator(&node.operator_id()) else { continue };
+        let Some(op) = manifest.operator(&node.operator_id()) else {
+            continue;
+        };
         let mut old: Vec<OperatorSnapshot> = Vec::with_capacity(op.subtasks.len());
         for st in &op.subtasks {
             for f in &st.files {
@@ -133,7 +153,10 @@ pub(crate) fn restore_map(
         let mut per_subtask = Vec::with_capacity(p);
         for s in 0..p {
             let range = key_group_range(s, max_parallelism, p);
-            let mut r = RestoreState { checkpoint: Some(manifest.checkpoint_id), ..Default::default() };
+            let mut r = RestoreState {
+                checkpoint: Some(manifest.checkpoint_id),
+                ..Default::default()
+            };
             for snap in &old {
                 for (table, blobs) in &snap.keyed {
                     let e = r.keyed.entry(table.clone()).or_default();

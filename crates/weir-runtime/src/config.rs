@@ -77,7 +77,11 @@ pub struct RestartStrategy {
 
 impl Default for RestartStrategy {
     fn default() -> Self {
-        RestartStrategy { max_attempts: 3, initial_backoff: Duration::from_millis(100), max_backoff: Duration::from_secs(10) }
+        RestartStrategy {
+            max_attempts: 3,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(10),
+        }
     }
 }
 
@@ -108,7 +112,9 @@ impl CheckpointConfig {
             return Err(Error::Config("retain at least 1 checkpoint".into()));
         }
         if self.timeout.is_zero() {
-            return Err(Error::Config("the checkpoint timeout must be positive".into()));
+            return Err(Error::Config(
+                "the checkpoint timeout must be positive".into(),
+            ));
         }
         if !self.interval.is_zero() && self.interval < Duration::from_millis(10) {
             return Err(Error::Config(format!(

@@ -8,24 +8,26 @@
 //! failure, so it never hangs on a failed operator and never reports success after one.
 
 use crate::JobConfig;
-use crate::plan::Plan;
 use crate::checkpoints::{self, RestoreMap};
 use crate::failpoint;
+use crate::plan::Plan;
 use crate::task::{self, JobShared, TaskCommand, TaskEvent, TaskSpec, WriterKey};
 use crossbeam_channel::Sender;
 use std::collections::BTreeMap;
-use weir_checkpoint::{
-    AckStats, Action, CheckpointKind, CheckpointStorage, Coordinator, CoordinatorConfig, Participants as CoordParticipants, TaskKey,
-};
-use weir_core::checkpoint::OperatorSnapshot;
-use weir_core::ids::CheckpointId;
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use weir_checkpoint::{
+    AckStats, Action, CheckpointKind, CheckpointStorage, Coordinator, CoordinatorConfig,
+    Participants as CoordParticipants, TaskKey,
+};
+use weir_core::checkpoint::OperatorSnapshot;
 use weir_core::exchange::ExchangeConfig;
 use weir_core::graph::{Graph, NodeKind};
+use weir_core::ids::CheckpointId;
 use weir_core::{Error, Result};
 
 /// Statistics of one finished task.
@@ -50,6 +52,10 @@ pub struct JobResult {
     pub elapsed: Duration,
     /// Per-task statistics.
     pub tasks: Vec<TaskStats>,
+    /// Savepoints taken while the job ran, in order.
+    pub savepoints: Vec<PathBuf>,
+    /// True when the job stopped with a savepoint instead of running to the end.
+    pub stopped_with_savepoint: bool,
 }
 
 impl JobResult {
@@ -73,6 +79,18 @@ impl JobHandle {
     /// Asks every task to stop; `join` then returns [`Error::Cancelled`].
     pub fn cancel(&self) {
         self.shared.cancel.store(true, Ordering::SeqCst);
+    }
+
+    /// Takes a savepoint while the job keeps running; its path is logged and listed in
+    /// [`JobResult::savepoints`]. Requires checkpointing to be configured.
+    pub fn trigger_savepoint(&self) {
+        self.shared.savepoint_request.fetch_max(1, Ordering::SeqCst);
+    }
+
+    /// Takes a savepoint, commits the sinks up to it, and stops the job; `join` returns
+    /// a result with `stopped_with_savepoint` set.
+    pub fn stop_with_savepoint(&self) {
+        self.shared.savepoint_request.store(2, Ordering::SeqCst);
     }
 
     /// Waits for the job to end.
@@ -102,6 +120,7 @@ pub fn start(name: &str, graph: Graph, cfg: JobConfig) -> Result<JobHandle> {
         plan,
         cfg,
         cancel: AtomicBool::new(false),
+        savepoint_request: std::sync::atomic::AtomicU8::new(0),
     });
     let job = shared.clone();
     let name = name.to_string();
@@ -127,6 +146,10 @@ struct Attempt {
     result: Result<Vec<TaskStats>>,
     /// The latest checkpoint completed during the attempt.
     completed: Option<CheckpointId>,
+    /// Savepoints written during the attempt.
+    savepoints: Vec<PathBuf>,
+    /// The attempt ended because a stop-with-savepoint completed.
+    stopped: bool,
 }
 
 fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
@@ -136,12 +159,18 @@ fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
         None => None,
     };
     let mut attempt = 0u32;
-    let mut explicit = job.cfg.checkpoint.as_ref().and_then(|c| c.restore_from.clone());
+    let mut savepoints = Vec::new();
+    let mut explicit = job
+        .cfg
+        .checkpoint
+        .as_ref()
+        .and_then(|c| c.restore_from.clone());
     loop {
         let mut restore = RestoreMap::new();
         let mut first_id = CheckpointId(1);
         if let Some(storage) = &storage {
-            if let Some((manifest, path)) = checkpoints::find_restore(storage, explicit.as_deref())? {
+            if let Some((manifest, path)) = checkpoints::find_restore(storage, explicit.as_deref())?
+            {
                 eprintln!(
                     "[weir] job '{name}': resuming from {} {} ({})",
                     manifest.kind,
@@ -149,16 +178,50 @@ fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
                     path.display()
                 );
                 tracing::info!(checkpoint = %manifest.checkpoint_id, path = %path.display(), "restoring");
-                restore = checkpoints::restore_map(storage, &manifest, &path, &job.graph, &job.plan, job.cfg.max_parallelism)?;
+                restore = checkpoints::restore_map(
+                    storage,
+                    &manifest,
+                    &path,
+                    &job.graph,
+                    &job.plan,
+                    job.cfg.max_parallelism,
+                )?;
             }
-            first_id = storage.next_id().map_err(|e| Error::Config(e.to_string()))?;
+            first_id = storage
+                .next_id()
+                .map_err(|e| Error::Config(e.to_string()))?;
         }
         let outcome = run_attempt(name, &job, storage.as_ref(), restore, first_id, started)?;
+        savepoints.extend(outcome.savepoints.iter().cloned());
+        if outcome.stopped {
+            return Ok(JobResult {
+                name: name.to_string(),
+                elapsed: started.elapsed(),
+                tasks: outcome.result.unwrap_or_default(),
+                savepoints,
+                stopped_with_savepoint: true,
+            });
+        }
         match outcome.result {
-            Ok(tasks) => return Ok(JobResult { name: name.to_string(), elapsed: started.elapsed(), tasks }),
+            Ok(tasks) => {
+                return Ok(JobResult {
+                    name: name.to_string(),
+                    elapsed: started.elapsed(),
+                    tasks,
+                    savepoints,
+                    stopped_with_savepoint: false,
+                });
+            }
+            // After JobHandle::cancel, tasks stop with Cancelled or, depending on which one
+            // noticed first, with a closed channel: report the cancellation itself.
+            Err(e) if job.cancel.load(Ordering::SeqCst) && e.is_secondary() => {
+                return Err(Error::Cancelled);
+            }
             Err(e) if job.cancel.load(Ordering::SeqCst) => return Err(e),
             Err(e) => {
-                let Some(cfg) = &job.cfg.checkpoint else { return Err(e) };
+                let Some(cfg) = &job.cfg.checkpoint else {
+                    return Err(e);
+                };
                 if attempt >= cfg.restart.max_attempts {
                     eprintln!("[weir] job '{name}' failed after {attempt} restarts: {e}");
                     return Err(e);
@@ -189,8 +252,14 @@ fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
 
 /// Full-jitter exponential backoff: a random delay in `[0, min(max, base * 2^attempt)]`.
 fn backoff(s: &crate::RestartStrategy, attempt: u32) -> Duration {
-    let cap = s.initial_backoff.saturating_mul(1u32 << attempt.min(20)).min(s.max_backoff);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let cap = s
+        .initial_backoff
+        .saturating_mul(1u32 << attempt.min(20))
+        .min(s.max_backoff);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
     let mut x = (nanos as u64) ^ 0x9E37_79B9_7F4A_7C15 ^ ((attempt as u64) << 32);
     x ^= x << 13;
     x ^= x >> 7;
@@ -234,7 +303,10 @@ fn run_attempt(
                 if matches!(r, Ok(Err(ref e)) if !e.is_secondary()) || r.is_err() {
                     cancel.store(true, Ordering::SeqCst);
                 }
-                let _ = events.send(TaskEvent::Done { task: index, result: r });
+                let _ = events.send(TaskEvent::Done {
+                    task: index,
+                    result: r,
+                });
             })
             .map_err(|e| Error::io("spawning a task thread", e))?;
         threads.push(t);
@@ -243,15 +315,33 @@ fn run_attempt(
         Some(c) => {
             let sources = running.iter().filter(|t| t.is_source).map(|t| t.key);
             let others = running.iter().filter(|t| !t.is_source).map(|t| t.key);
-            let cc = CoordinatorConfig { interval: c.interval, min_pause: c.min_pause, timeout: c.timeout, max_concurrent: 1 };
+            let cc = CoordinatorConfig {
+                interval: c.interval,
+                min_pause: c.min_pause,
+                timeout: c.timeout,
+                max_concurrent: 1,
+            };
             Some(
-                Coordinator::<BTreeMap<String, OperatorSnapshot>>::new(cc, CoordParticipants::new(sources, others), first_id)
-                    .map_err(|e| Error::Config(e.to_string()))?,
+                Coordinator::<BTreeMap<String, OperatorSnapshot>>::new(
+                    cc,
+                    CoordParticipants::new(sources, others),
+                    first_id,
+                )
+                .map_err(|e| Error::Config(e.to_string()))?,
             )
         }
         None => None,
     };
-    let by_key: HashMap<TaskKey, usize> = running.iter().enumerate().map(|(i, t)| (t.key, i)).collect();
+    if let Some(c) = coordinator.as_mut() {
+        // The first tick starts the interval clock.
+        let first = c.tick(Instant::now());
+        debug_assert!(first.is_empty(), "the first tick triggers nothing");
+    }
+    let by_key: HashMap<TaskKey, usize> = running
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.key, i))
+        .collect();
     let progress = job.cfg.progress_interval;
     let mut next_progress = progress.map(|p| Instant::now() + p);
     let mut stats: Vec<Option<u64>> = vec![None; running.len()];
@@ -260,6 +350,9 @@ fn run_attempt(
     let mut remaining = running.len();
     let mut sources_left: usize = running.iter().filter(|t| t.is_source).count();
     let mut completed: Option<CheckpointId> = None;
+    let mut savepoints = Vec::new();
+    let mut stop_after: Option<CheckpointId> = None;
+    let mut stopped = false;
     let mut finished_sources = std::collections::HashSet::new();
     while remaining > 0 {
         let now = Instant::now();
@@ -272,10 +365,21 @@ fn run_attempt(
         }
         let mut actions = Vec::new();
         match events_rx.recv_timeout(wake.saturating_duration_since(now)) {
-            Ok(TaskEvent::Ack { task, id, snapshot, alignment, sync }) => {
+            Ok(TaskEvent::Ack {
+                task,
+                id,
+                snapshot,
+                alignment,
+                sync,
+            }) => {
                 if let Some(c) = coordinator.as_mut() {
                     let bytes = snapshot.values().map(|s| s.bytes() as u64).sum();
-                    let st = AckStats { bytes, alignment, sync, async_: Duration::ZERO };
+                    let st = AckStats {
+                        bytes,
+                        alignment,
+                        sync,
+                        async_: Duration::ZERO,
+                    };
                     actions.extend(c.ack(Instant::now(), running[task].key, id, snapshot, st));
                 }
             }
@@ -322,13 +426,31 @@ fn run_attempt(
         if job.cancel.load(Ordering::SeqCst) {
             cancel.store(true, Ordering::SeqCst);
         }
+        if let (Some(c), Some(storage)) = (coordinator.as_mut(), storage) {
+            // Requests from JobHandle or from `weir savepoint` (a request file in the directory).
+            let mut request = job.savepoint_request.swap(0, Ordering::SeqCst);
+            request = request.max(take_request_file(storage.dir()));
+            if request > 0 && stop_after.is_none() && !cancel.load(Ordering::SeqCst) {
+                eprintln!(
+                    "[weir] job '{name}': taking a savepoint{}",
+                    if request == 2 { " and stopping" } else { "" }
+                );
+                let before = c.next_id();
+                actions.extend(c.trigger_now(Instant::now(), CheckpointKind::Savepoint));
+                if request == 2 {
+                    stop_after = Some(before);
+                }
+            }
+        }
         if let (Some(p), Some(t)) = (progress, next_progress)
             && Instant::now() >= t
         {
             print_progress(name, &running, started);
             next_progress = Some(Instant::now() + p);
         }
-        let Some(c) = coordinator.as_mut() else { continue };
+        let Some(c) = coordinator.as_mut() else {
+            continue;
+        };
         if !cancel.load(Ordering::SeqCst) {
             actions.extend(c.tick(Instant::now()));
         }
@@ -340,12 +462,34 @@ fn run_attempt(
                         let _ = running[by_key[&k]].commands.send(TaskCommand::Trigger(id));
                     }
                 }
-                Action::Complete { id, kind, acks, stats } => {
+                Action::Complete {
+                    id,
+                    kind,
+                    acks,
+                    stats,
+                } => {
                     let storage = storage.expect("checkpointing has storage");
                     failpoint::hit("checkpoint.before_metadata");
-                    match checkpoints::write_checkpoint(storage, name, &job.graph, &job.plan, job.cfg.max_parallelism, id, kind, acks, &stats) {
+                    match checkpoints::write_checkpoint(
+                        storage,
+                        name,
+                        &job.graph,
+                        &job.plan,
+                        job.cfg.max_parallelism,
+                        id,
+                        kind,
+                        acks,
+                        &stats,
+                    ) {
                         Ok(path) => {
                             tracing::info!(checkpoint = %id, bytes = stats.bytes, duration_ms = stats.duration.as_millis() as u64, path = %path.display(), "checkpoint complete");
+                            if kind == CheckpointKind::Savepoint {
+                                eprintln!(
+                                    "[weir] job '{name}': savepoint {id} written to {}",
+                                    path.display()
+                                );
+                                savepoints.push(path.clone());
+                            }
                             failpoint::hit("checkpoint.after_metadata");
                             queue.extend(c.completed(Instant::now(), id));
                         }
@@ -355,10 +499,17 @@ fn run_attempt(
                         }
                     }
                 }
-                Action::Notify { id, .. } => {
+                Action::Notify { id, kind } => {
                     completed = Some(id);
                     for t in &running {
                         let _ = t.commands.send(TaskCommand::Complete(id));
+                    }
+                    if kind == CheckpointKind::Savepoint && stop_after.is_some_and(|s| id >= s) {
+                        // Tasks handle commands in order: they commit, then stop.
+                        stopped = true;
+                        for t in &running {
+                            let _ = t.commands.send(TaskCommand::Stop);
+                        }
                     }
                     if let Some(cfg) = &job.cfg.checkpoint
                         && let Err(e) = storage.expect("storage").retain(cfg.retain)
@@ -368,6 +519,11 @@ fn run_attempt(
                 }
                 Action::Abort { id, reason, .. } => {
                     tracing::info!(checkpoint = %id, %reason, "checkpoint aborted");
+                    if let Some(storage) = storage
+                        && let Err(e) = storage.discard(id)
+                    {
+                        tracing::warn!(checkpoint = %id, error = %e, "removing an aborted checkpoint failed");
+                    }
                     for t in &running {
                         let _ = t.commands.send(TaskCommand::Abort(id));
                     }
@@ -378,8 +534,31 @@ fn run_attempt(
     for t in threads {
         let _ = t.join();
     }
+    if stopped && first_error.is_none() {
+        let tasks = running
+            .into_iter()
+            .zip(stats)
+            .map(|(t, n)| TaskStats {
+                name: t.name,
+                subtask: t.subtask,
+                records: n.unwrap_or(0),
+                is_source: t.is_source,
+            })
+            .collect();
+        return Ok(Attempt {
+            result: Ok(tasks),
+            completed,
+            savepoints,
+            stopped,
+        });
+    }
     if let Some(e) = first_error.or(secondary) {
-        return Ok(Attempt { result: Err(e), completed });
+        return Ok(Attempt {
+            result: Err(e),
+            completed,
+            savepoints,
+            stopped: false,
+        });
     }
     if progress.is_some() {
         print_progress(name, &running, started);
@@ -387,9 +566,32 @@ fn run_attempt(
     let tasks = running
         .into_iter()
         .zip(stats)
-        .map(|(t, n)| TaskStats { name: t.name, subtask: t.subtask, records: n.unwrap_or(0), is_source: t.is_source })
+        .map(|(t, n)| TaskStats {
+            name: t.name,
+            subtask: t.subtask,
+            records: n.unwrap_or(0),
+            is_source: t.is_source,
+        })
         .collect();
-    Ok(Attempt { result: Ok(tasks), completed })
+    Ok(Attempt {
+        result: Ok(tasks),
+        completed,
+        savepoints,
+        stopped: false,
+    })
+}
+
+/// The name of the request file `weir savepoint` drops into the checkpoint directory.
+pub const SAVEPOINT_REQUEST_FILE: &str = "_savepoint_request";
+
+/// Consumes a savepoint request file: 0 = none, 1 = savepoint, 2 = savepoint and stop.
+fn take_request_file(dir: &std::path::Path) -> u8 {
+    let path = dir.join(SAVEPOINT_REQUEST_FILE);
+    let Ok(content) = std::fs::read_to_string(&path) else {
+        return 0;
+    };
+    let _ = std::fs::remove_file(&path);
+    if content.trim() == "stop" { 2 } else { 1 }
 }
 
 fn print_progress(name: &str, running: &[Running], started: Instant) {
@@ -464,14 +666,20 @@ fn task_specs(
         }
         for (gate, edge) in node.inputs.iter().enumerate() {
             let f = edge.from.0;
-            let set = edge.exchange.channels(plan.parallelism[f], plan.parallelism[c], xcfg);
+            let set = edge
+                .exchange
+                .channels(plan.parallelism[f], plan.parallelism[c], xcfg);
             for (p, w) in set.writers.into_iter().enumerate() {
                 let key: WriterKey = (f, edge.port, c, gate);
-                let (spec, _) = specs.get_mut(&(plan.head_of[f], p)).ok_or_else(|| Error::Config("internal: no task".into()))?;
+                let (spec, _) = specs
+                    .get_mut(&(plan.head_of[f], p))
+                    .ok_or_else(|| Error::Config("internal: no task".into()))?;
                 spec.writers.insert(key, w);
             }
             for (s, r) in set.readers.into_iter().enumerate() {
-                let (spec, _) = specs.get_mut(&(c, s)).ok_or_else(|| Error::Config("internal: no task".into()))?;
+                let (spec, _) = specs
+                    .get_mut(&(c, s))
+                    .ok_or_else(|| Error::Config("internal: no task".into()))?;
                 spec.readers[gate] = Some(r);
             }
         }

@@ -14,4 +14,4 @@ mod plan;
 mod task;
 
 pub use config::{CheckpointConfig, JobConfig, RestartStrategy};
-pub use job::{JobHandle, JobResult, TaskStats, execute, start};
+pub use job::{JobHandle, JobResult, SAVEPOINT_REQUEST_FILE, TaskStats, execute, start};

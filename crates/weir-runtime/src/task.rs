@@ -38,6 +38,8 @@ pub(crate) enum TaskCommand {
     Complete(CheckpointId),
     /// Checkpoint `n` was aborted.
     Abort(CheckpointId),
+    /// Stop now (after a stop-with-savepoint completed and was notified).
+    Stop,
 }
 
 /// What a task tells the job thread.
@@ -53,7 +55,10 @@ pub(crate) enum TaskEvent {
     /// A source task read all of its input (checkpointing jobs only).
     SourceFinished { task: usize },
     /// The task ended.
-    Done { task: usize, result: std::thread::Result<Result<u64>> },
+    Done {
+        task: usize,
+        result: std::thread::Result<Result<u64>>,
+    },
 }
 
 /// Everything a task thread needs.
@@ -78,11 +83,16 @@ pub(crate) struct JobShared {
     pub cfg: JobConfig,
     /// Set by the user (JobHandle::cancel): stop the job for good.
     pub cancel: AtomicBool,
+    /// Savepoint requests from the user: 1 = take one, 2 = take one and stop.
+    pub savepoint_request: std::sync::atomic::AtomicU8,
 }
 
 /// Wall-clock time in ms since the Unix epoch.
 pub(crate) fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 struct Builder<'a> {
@@ -104,14 +114,18 @@ impl Builder<'_> {
                 if job.plan.chained[c.node] {
                     match self.build_node(c.node)? {
                         Built::Operator { mut inputs, .. } => list.push(inputs.swap_remove(0)),
-                        Built::Source(_) => return Err(Error::Config("internal: a source cannot be chained".into())),
+                        Built::Source(_) => {
+                            return Err(Error::Config(
+                                "internal: a source cannot be chained".into(),
+                            ));
+                        }
                     }
                 } else {
                     let w = self
                         .writers
                         .remove(&(node, port, c.node, c.gate))
                         .ok_or_else(|| Error::Config("internal: missing channel writer".into()))?;
-                    list.push(port_type.from_writer(w));
+                    list.push(port_type.writer_output(w));
                 }
             }
             outputs.push(port_type.fan_out(list));
@@ -170,6 +184,7 @@ impl Checkpoints<'_> {
             }
             TaskCommand::Abort(id) => self.participants.notify_aborted(id)?,
             TaskCommand::Trigger(_) => {}
+            TaskCommand::Stop => return Err(Error::Cancelled),
         }
         Ok(())
     }
@@ -197,14 +212,21 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
     }
     .build_node(spec.head)?;
     let mut readers = std::mem::take(&mut spec.readers);
-    let mut ck = Checkpoints { spec: &spec, participants, last_snapshot: None, last_complete: None };
+    let mut ck = Checkpoints {
+        spec: &spec,
+        participants,
+        last_snapshot: None,
+        last_complete: None,
+    };
     match built {
         Built::Source(src) => run_source(job, src, &mut ck),
         Built::Operator { inputs, control } => {
             let node = &job.graph.nodes[spec.head];
             let mut gates: Vec<Box<dyn InputGate>> = Vec::with_capacity(inputs.len());
             for ((edge, input), readers) in node.inputs.iter().zip(inputs).zip(readers.iter_mut()) {
-                let readers = readers.take().ok_or_else(|| Error::Config("internal: missing readers".into()))?;
+                let readers = readers
+                    .take()
+                    .ok_or_else(|| Error::Config("internal: missing readers".into()))?;
                 gates.push(edge.exchange.bind(readers, input)?);
             }
             run_operator(job, gates, control, &mut ck)
@@ -216,7 +238,11 @@ fn cancelled(ck: &Checkpoints<'_>) -> bool {
     ck.spec.cancel.load(Ordering::Relaxed)
 }
 
-fn run_source(job: &JobShared, mut src: Box<dyn SourceTask>, ck: &mut Checkpoints<'_>) -> Result<u64> {
+fn run_source(
+    job: &JobShared,
+    mut src: Box<dyn SourceTask>,
+    ck: &mut Checkpoints<'_>,
+) -> Result<u64> {
     let checkpointing = job.cfg.checkpoint.is_some();
     // Tick once before the first record, so that operators know the processing time from
     // the start (KeyedContext::current_processing_time would read 0 until the first tick).
@@ -233,7 +259,9 @@ fn run_source(job: &JobShared, mut src: Box<dyn SourceTask>, ck: &mut Checkpoint
             match ck.spec.commands.recv_timeout(Duration::from_millis(10)) {
                 Ok(c) => Some(c),
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Err(Error::Cancelled),
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    return Err(Error::Cancelled);
+                }
             }
         } else {
             ck.spec.commands.try_recv().ok()
@@ -273,7 +301,9 @@ fn run_source(job: &JobShared, mut src: Box<dyn SourceTask>, ck: &mut Checkpoint
                     break;
                 }
                 finished = true;
-                let _ = ck.spec.events.send(TaskEvent::SourceFinished { task: ck.spec.index });
+                let _ = ck.spec.events.send(TaskEvent::SourceFinished {
+                    task: ck.spec.index,
+                });
             }
         }
     }
@@ -312,7 +342,12 @@ enum Aligned {
 
 impl Aligner {
     fn new(channels: usize, exactly_once: bool) -> Self {
-        Aligner { exactly_once, pending: None, arrived: vec![false; channels], last: None }
+        Aligner {
+            exactly_once,
+            pending: None,
+            arrived: vec![false; channels],
+            last: None,
+        }
     }
 
     /// True when `flat` must not be read (it is blocked by alignment).
@@ -321,7 +356,9 @@ impl Aligner {
     }
 
     fn check(&mut self, ended: &[bool]) -> Aligned {
-        let Some((id, started)) = self.pending else { return Aligned::Wait };
+        let Some((id, started)) = self.pending else {
+            return Aligned::Wait;
+        };
         if self.arrived.iter().zip(ended).all(|(a, e)| *a || *e) {
             self.pending = None;
             self.last = Some(id);
@@ -369,8 +406,11 @@ fn run_operator(
         None => ControlTarget::Gate(&*gates[0]),
     };
     // Flat channel index -> (gate, channel within the gate).
-    let channels: Vec<(usize, usize)> =
-        gates.iter().enumerate().flat_map(|(g, gate)| (0..gate.len()).map(move |c| (g, c))).collect();
+    let channels: Vec<(usize, usize)> = gates
+        .iter()
+        .enumerate()
+        .flat_map(|(g, gate)| (0..gate.len()).map(move |c| (g, c)))
+        .collect();
     let mut tracker = WatermarkTracker::new(channels.len());
     let mut aligner = Aligner::new(channels.len(), exactly_once);
     let mut ended = vec![false; channels.len()];
@@ -447,7 +487,9 @@ fn run_operator(
                         aligned = aligner.check(&ended);
                     }
                     GateEvent::Disconnected => {
-                        return Err(Error::ChannelClosed("an upstream subtask stopped without finishing".into()));
+                        return Err(Error::ChannelClosed(
+                            "an upstream subtask stopped without finishing".into(),
+                        ));
                     }
                 }
                 let now_idle = tracker.all_idle();

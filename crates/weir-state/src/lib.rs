@@ -39,7 +39,11 @@ impl BackendKind {
 
     /// Creates a backend instance for one operator subtask; `restore` holds the keyed
     /// state (table name → entries per key group) it starts from.
-    pub fn create(self, max_parallelism: usize, restore: BTreeMap<String, KeyGroupBlobs>) -> Box<dyn KeyedStateBackend> {
+    pub fn create(
+        self,
+        max_parallelism: usize,
+        restore: BTreeMap<String, KeyGroupBlobs>,
+    ) -> Box<dyn KeyedStateBackend> {
         match self {
             BackendKind::Memory => Box::new(MemoryBackend::new(max_parallelism, restore)),
         }
@@ -75,7 +79,11 @@ impl MemoryBackend {
     /// A backend over `max_parallelism` key groups that loads `restore` into each table
     /// when the table is registered.
     pub fn new(max_parallelism: usize, restore: BTreeMap<String, KeyGroupBlobs>) -> Self {
-        MemoryBackend { tables: BTreeMap::new(), max_parallelism, restore }
+        MemoryBackend {
+            tables: BTreeMap::new(),
+            max_parallelism,
+            restore,
+        }
     }
 }
 
@@ -96,7 +104,10 @@ impl KeyedStateBackend for MemoryBackend {
     }
 
     fn snapshot(&self) -> Result<BTreeMap<String, KeyGroupBlobs>> {
-        self.tables.iter().map(|(n, t)| Ok((n.clone(), t.snapshot(self.max_parallelism)?))).collect()
+        self.tables
+            .iter()
+            .map(|(n, t)| Ok((n.clone(), t.snapshot(self.max_parallelism)?)))
+            .collect()
     }
 
     fn entries(&self) -> usize {

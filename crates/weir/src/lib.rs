@@ -24,7 +24,10 @@ pub use weir_core::{
     Error, Result, codec, data, dsl, error, exchange, graph, ids, ops, output, state, time, timer,
     watermark, window,
 };
-pub use weir_runtime::{CheckpointConfig, JobConfig, JobHandle, JobResult, RestartStrategy, TaskStats};
+pub use weir_runtime::{
+    CheckpointConfig, JobConfig, JobHandle, JobResult, RestartStrategy, SAVEPOINT_REQUEST_FILE,
+    TaskStats,
+};
 pub use weir_state::BackendKind;
 
 /// Everything a pipeline author needs: `use weir::prelude::*;`.

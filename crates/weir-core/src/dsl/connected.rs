@@ -42,7 +42,7 @@ fn two_input_node<A: Data, B: Data, O: Data>(
             name: name.to_string(),
             kind: NodeKind::Operator,
             inputs: vec![ea, eb],
-            outputs: vec![Port::<O>::new()],
+            outputs: vec![Port::<O>::port_type()],
             keyed,
             parallelism_one: false,
         },

@@ -2,18 +2,18 @@
 //! iterators, line-by-line text files, and the benchmark generator).
 
 use super::{NodeDesc, Pipeline, Stream};
-use crate::data::Data;
 use crate::checkpoint::{Checkpointed, OperatorSnapshot};
 use crate::codec;
+use crate::data::Data;
 use crate::error::{Error, Result};
-use crate::ids::CheckpointId;
-use std::cell::RefCell;
-use std::rc::Rc;
 use crate::graph::{Built, NodeKind, Port, SourceStatus, SourceTask, take_output};
+use crate::ids::CheckpointId;
 use crate::ops::{OpInfo, guard};
 use crate::output::{Control, Output};
 use crate::time::{NO_TIMESTAMP, Timestamp};
+use std::cell::RefCell;
 use std::path::PathBuf;
+use std::rc::Rc;
 
 pub use super::splits::GeneratorSource;
 use super::splits::TextFileSource;
@@ -114,7 +114,10 @@ struct SourceRunner<T, S> {
 impl<T: 'static, S: SourceFunction<T>> SourceTask for SourceRunner<T, S> {
     fn poll(&mut self) -> Result<SourceStatus> {
         let mut src = self.src.borrow_mut();
-        let mut so = SourceOutput { out: &mut *self.out, emitted: 0 };
+        let mut so = SourceOutput {
+            out: &mut *self.out,
+            emitted: 0,
+        };
         let r = guard(&self.info, || src.poll(&mut so));
         self.emitted += so.emitted as u64;
         r
@@ -138,9 +141,11 @@ impl<T: 'static, S: SourceFunction<T>> Checkpointed for SourceHooks<T, S> {
         let src = &self.src;
         let state = guard(&self.info, || src.borrow_mut().snapshot())?;
         Ok(match state {
-            Some((bytes, description)) => {
-                OperatorSnapshot { keyed: Default::default(), operator: Some(bytes), description: Some(description) }
-            }
+            Some((bytes, description)) => OperatorSnapshot {
+                keyed: Default::default(),
+                operator: Some(bytes),
+                description: Some(description),
+            },
             None => OperatorSnapshot::default(),
         })
     }
@@ -171,7 +176,7 @@ impl Pipeline {
                 name: name.to_string(),
                 kind: NodeKind::Source,
                 inputs: vec![],
-                outputs: vec![Port::<T>::new()],
+                outputs: vec![Port::<T>::port_type()],
                 keyed: false,
                 parallelism_one,
             },
@@ -187,10 +192,20 @@ impl Pipeline {
                 }
                 guard(&info, || src.open(&sctx))?;
                 let src = Rc::new(RefCell::new(src));
-                let hooks = SourceHooks::<T, S> { src: src.clone(), info: info.clone(), _t: std::marker::PhantomData };
-                ctx.participants.register(ctx.operator_id, Rc::new(RefCell::new(hooks)));
+                let hooks = SourceHooks::<T, S> {
+                    src: src.clone(),
+                    info: info.clone(),
+                    _t: std::marker::PhantomData,
+                };
+                ctx.participants
+                    .register(ctx.operator_id, Rc::new(RefCell::new(hooks)));
                 let out = take_output::<T>(&mut outputs, 0);
-                Ok(Built::Source(Box::new(SourceRunner { src, out, info, emitted: 0 })))
+                Ok(Built::Source(Box::new(SourceRunner {
+                    src,
+                    out,
+                    info,
+                    emitted: 0,
+                })))
             },
         );
         Stream::new(self.clone(), id, 0)
@@ -225,7 +240,12 @@ impl Pipeline {
     {
         let cell: Arc<Mutex<Option<Box<dyn Iterator<Item = T> + Send>>>> =
             Arc::new(Mutex::new(Some(Box::new(iter.into_iter()))));
-        self.source_node("iterator", true, move |_| IterSource { cell: cell.clone(), iter: None, skip: 0, emitted: 0 })
+        self.source_node("iterator", true, move |_| IterSource {
+            cell: cell.clone(),
+            iter: None,
+            skip: 0,
+            emitted: 0,
+        })
     }
 
     /// A parallel source reading a UTF-8 text file line by line, without timestamps.
@@ -236,14 +256,22 @@ impl Pipeline {
     /// off, at any parallelism. At parallelism 1 lines come in file order.
     pub fn read_text_file(&self, path: impl Into<PathBuf>) -> Stream<String> {
         let path = path.into();
-        self.source_node("text-file", false, move |ctx| TextFileSource::new(path.clone(), ctx, None))
+        self.source_node("text-file", false, move |ctx| {
+            TextFileSource::new(path.clone(), ctx, None)
+        })
     }
 
     /// Like [`Pipeline::read_text_file`], emitting at most `records_per_sec` lines per
     /// second per subtask (to replay a file at a realistic pace).
-    pub fn read_text_file_at_rate(&self, path: impl Into<PathBuf>, records_per_sec: u64) -> Stream<String> {
+    pub fn read_text_file_at_rate(
+        &self,
+        path: impl Into<PathBuf>,
+        records_per_sec: u64,
+    ) -> Stream<String> {
         let path = path.into();
-        self.source_node("text-file", false, move |ctx| TextFileSource::new(path.clone(), ctx, Some(records_per_sec)))
+        self.source_node("text-file", false, move |ctx| {
+            TextFileSource::new(path.clone(), ctx, Some(records_per_sec))
+        })
     }
 
     /// The benchmark generator (see [`GeneratorSource`]): `(key, value)` records with
@@ -283,10 +311,17 @@ impl<T: Data> SourceFunction<T> for VecSource<T> {
             out.emit(v.clone())?;
         }
         self.next = end;
-        Ok(if end == self.items.len() { SourceStatus::Finished } else { SourceStatus::More })
+        Ok(if end == self.items.len() {
+            SourceStatus::Finished
+        } else {
+            SourceStatus::More
+        })
     }
     fn snapshot(&mut self) -> Result<Option<(Vec<u8>, String)>> {
-        Ok(Some((codec::encode(&(self.next as u64))?, format!("position {} of {}", self.next, self.items.len()))))
+        Ok(Some((
+            codec::encode(&(self.next as u64))?,
+            format!("position {} of {}", self.next, self.items.len()),
+        )))
     }
 }
 
@@ -306,10 +341,17 @@ impl<T: Data> SourceFunction<T> for TimestampedSource<T> {
             out.emit_at(v.clone(), *ts)?;
         }
         self.next = end;
-        Ok(if end == self.items.len() { SourceStatus::Finished } else { SourceStatus::More })
+        Ok(if end == self.items.len() {
+            SourceStatus::Finished
+        } else {
+            SourceStatus::More
+        })
     }
     fn snapshot(&mut self) -> Result<Option<(Vec<u8>, String)>> {
-        Ok(Some((codec::encode(&(self.next as u64))?, format!("position {} of {}", self.next, self.items.len()))))
+        Ok(Some((
+            codec::encode(&(self.next as u64))?,
+            format!("position {} of {}", self.next, self.items.len()),
+        )))
     }
 }
 
@@ -359,6 +401,9 @@ impl<T: Data> SourceFunction<T> for IterSource<T> {
         Ok(SourceStatus::More)
     }
     fn snapshot(&mut self) -> Result<Option<(Vec<u8>, String)>> {
-        Ok(Some((codec::encode(&(self.emitted as u64))?, format!("{} items emitted", self.emitted))))
+        Ok(Some((
+            codec::encode(&(self.emitted as u64))?,
+            format!("{} items emitted", self.emitted),
+        )))
     }
 }

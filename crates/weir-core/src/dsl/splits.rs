@@ -31,7 +31,10 @@ struct Splits {
 impl Splits {
     fn fresh(ctx: &SourceContext) -> Self {
         let total = ctx.parallelism as u32;
-        Splits { total, mine: BTreeMap::from([(ctx.subtask as u32, 0)]) }
+        Splits {
+            total,
+            mine: BTreeMap::from([(ctx.subtask as u32, 0)]),
+        }
     }
 
     fn restore(states: &[Vec<u8>], ctx: &SourceContext) -> Result<Self> {
@@ -40,11 +43,15 @@ impl Splits {
         for s in states {
             let st: SplitState = codec::decode(s)?;
             if *total.get_or_insert(st.total) != st.total {
-                return Err(Error::Config("the checkpoint holds source splits of different split counts".into()));
+                return Err(Error::Config(
+                    "the checkpoint holds source splits of different split counts".into(),
+                ));
             }
             all.extend(st.positions);
         }
-        let Some(total) = total else { return Ok(Splits::fresh(ctx)) };
+        let Some(total) = total else {
+            return Ok(Splits::fresh(ctx));
+        };
         let mine = (0..total)
             .filter(|s| *s as usize % ctx.parallelism == ctx.subtask)
             .map(|s| (s, all.get(&s).copied().unwrap_or(0)))
@@ -53,8 +60,16 @@ impl Splits {
     }
 
     fn snapshot(&self) -> Result<(Vec<u8>, String)> {
-        let st = SplitState { total: self.total, positions: self.mine.iter().map(|(s, p)| (*s, *p)).collect() };
-        let desc = self.mine.iter().map(|(s, p)| format!("split {s}/{}: {p}", self.total)).collect::<Vec<_>>().join(", ");
+        let st = SplitState {
+            total: self.total,
+            positions: self.mine.iter().map(|(s, p)| (*s, *p)).collect(),
+        };
+        let desc = self
+            .mine
+            .iter()
+            .map(|(s, p)| format!("split {s}/{}: {p}", self.total))
+            .collect::<Vec<_>>()
+            .join(", ");
         Ok((codec::encode(&st)?, desc))
     }
 }
@@ -90,8 +105,18 @@ impl RateLimit {
 
 impl TextFileSource {
     pub(crate) fn new(path: PathBuf, ctx: SourceContext, max_rate: Option<u64>) -> Self {
-        let rate = max_rate.map(|per_sec| RateLimit { per_sec: per_sec.max(1), started: None, emitted: 0 });
-        TextFileSource { path, reader: None, line_no: 0, splits: Splits::fresh(&ctx), rate }
+        let rate = max_rate.map(|per_sec| RateLimit {
+            per_sec: per_sec.max(1),
+            started: None,
+            emitted: 0,
+        });
+        TextFileSource {
+            path,
+            reader: None,
+            line_no: 0,
+            splits: Splits::fresh(&ctx),
+            rate,
+        }
     }
 }
 
@@ -124,7 +149,9 @@ impl SourceFunction<String> for TextFileSource {
         let mut buf = Vec::new();
         while out.emitted() < budget {
             buf.clear();
-            let n = reader.read_until(b'\n', &mut buf).map_err(|e| Error::io(self.path.display(), e))?;
+            let n = reader
+                .read_until(b'\n', &mut buf)
+                .map_err(|e| Error::io(self.path.display(), e))?;
             if n == 0 {
                 return Ok(SourceStatus::Finished);
             }
@@ -132,7 +159,9 @@ impl SourceFunction<String> for TextFileSource {
             self.line_no += 1;
             let split = (line_no % total) as u32;
             let index = line_no / total;
-            let Some(pos) = self.splits.mine.get_mut(&split) else { continue };
+            let Some(pos) = self.splits.mine.get_mut(&split) else {
+                continue;
+            };
             if index < *pos {
                 continue;
             }
@@ -140,7 +169,11 @@ impl SourceFunction<String> for TextFileSource {
                 buf.pop();
             }
             let line = String::from_utf8(std::mem::take(&mut buf)).map_err(|_| {
-                Error::Malformed(format!("{} line {}: not valid UTF-8", self.path.display(), line_no + 1))
+                Error::Malformed(format!(
+                    "{} line {}: not valid UTF-8",
+                    self.path.display(),
+                    line_no + 1
+                ))
             })?;
             *pos = index + 1;
             out.emit(line)?;
@@ -150,7 +183,10 @@ impl SourceFunction<String> for TextFileSource {
 
     fn snapshot(&mut self) -> Result<Option<(Vec<u8>, String)>> {
         let (bytes, desc) = self.splits.snapshot()?;
-        Ok(Some((bytes, format!("{}: lines read per split: {desc}", self.path.display()))))
+        Ok(Some((
+            bytes,
+            format!("{}: lines read per split: {desc}", self.path.display()),
+        )))
     }
 }
 
@@ -172,7 +208,11 @@ pub struct GeneratorSource {
 impl GeneratorSource {
     /// The generator of subtask `ctx.subtask`, starting from the beginning.
     pub fn new(events: u64, keys: u64, ctx: SourceContext) -> Self {
-        GeneratorSource { events, keys: keys.max(1), splits: Splits::fresh(&ctx) }
+        GeneratorSource {
+            events,
+            keys: keys.max(1),
+            splits: Splits::fresh(&ctx),
+        }
     }
 
     /// The event indices this subtask still has to emit, in order.
@@ -209,7 +249,11 @@ impl SourceFunction<(u64, i64)> for GeneratorSource {
                 i += total;
             }
             *pos = (i - s as u64) / total;
-            return Ok(if i >= events { SourceStatus::Finished } else { SourceStatus::More });
+            return Ok(if i >= events {
+                SourceStatus::Finished
+            } else {
+                SourceStatus::More
+            });
         }
         for _ in 0..SOURCE_BATCH {
             // Several splits: emit the smallest next index first.
@@ -220,7 +264,9 @@ impl SourceFunction<(u64, i64)> for GeneratorSource {
                 .map(|(&s, p)| (s as u64 + *p * total, p))
                 .filter(|(i, _)| *i < events)
                 .min_by_key(|(i, _)| *i);
-            let Some((i, pos)) = next else { return Ok(SourceStatus::Finished) };
+            let Some((i, pos)) = next else {
+                return Ok(SourceStatus::Finished);
+            };
             *pos += 1;
             out.emit_at((i % keys, i as i64), i as i64)?;
         }

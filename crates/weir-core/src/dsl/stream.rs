@@ -157,7 +157,7 @@ impl<T: Data> Stream<T> {
         + 'static,
         extra_outputs: Vec<Arc<dyn PortType>>,
     ) -> Stream<O> {
-        let mut outputs = vec![Port::<O>::new()];
+        let mut outputs = vec![Port::<O>::port_type()];
         outputs.extend(extra_outputs);
         let pending = PendingInput {
             from: self.node,
@@ -295,7 +295,7 @@ impl<T: Data> Stream<T> {
                 name: "union".into(),
                 kind: NodeKind::Operator,
                 inputs,
-                outputs: vec![Port::<T>::new()],
+                outputs: vec![Port::<T>::port_type()],
                 keyed: false,
                 parallelism_one: false,
             },
@@ -453,7 +453,9 @@ impl<T: Data> Stream<T> {
     ) -> SinkHandle {
         let dir = dir.into();
         let format: Arc<dyn Fn(&T) -> String + Send + Sync> = Arc::new(format);
-        self.sink("exactly-once-file", move || ExactlyOnceFileSink::new(dir.clone(), format.clone()))
+        self.sink("exactly-once-file", move || {
+            ExactlyOnceFileSink::new(dir.clone(), format.clone())
+        })
     }
 
     /// Drops every record (benchmarks).

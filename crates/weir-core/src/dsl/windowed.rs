@@ -70,7 +70,7 @@ impl<K: Key, T: Data> WindowedStream<K, T> {
         let (assigner, lateness, has_late) =
             (self.assigner, self.lateness, self.late_tag.is_some());
         let extra: Vec<Arc<dyn PortType>> = if has_late {
-            vec![Port::<T>::new()]
+            vec![Port::<T>::port_type()]
         } else {
             vec![]
         };
@@ -127,7 +127,7 @@ impl<K: Key, T: Data> WindowedStream<K, T> {
         f: impl Fn(&K, &TimeWindow, R) -> O + Send + Sync + 'static,
     ) -> Stream<O> {
         let agg: Arc<dyn AggregateFunction<T, Acc, R>> = Arc::new(agg);
-        let f: Arc<dyn Fn(&K, &TimeWindow, R) -> O + Send + Sync> = Arc::new(f);
+        let f: WindowMapFn<K, R, O> = Arc::new(f);
         self.build("window-aggregate", move || AggregateWithWindow {
             agg: agg.clone(),
             f: f.clone(),
@@ -143,6 +143,9 @@ impl<K: Key, T: Data> WindowedStream<K, T> {
         self.build("window-process", move || ProcessWindow { f: f.clone() })
     }
 }
+
+/// Maps an aggregate's result with the key and window.
+type WindowMapFn<K, R, O> = Arc<dyn Fn(&K, &TimeWindow, R) -> O + Send + Sync>;
 
 struct ReduceWindow<T> {
     f: Arc<dyn Fn(T, T) -> T + Send + Sync>,
@@ -202,7 +205,7 @@ impl<K, T: 'static, Acc: Data, O: 'static> WindowFn<K, T, O> for AggregateWindow
 
 struct AggregateWithWindow<K, T, Acc, R, O> {
     agg: Arc<dyn AggregateFunction<T, Acc, R>>,
-    f: Arc<dyn Fn(&K, &TimeWindow, R) -> O + Send + Sync>,
+    f: WindowMapFn<K, R, O>,
 }
 
 impl<K: 'static, T: 'static, Acc: Data, R: 'static, O: 'static> WindowFn<K, T, O>

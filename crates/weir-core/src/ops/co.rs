@@ -123,7 +123,7 @@ pub(crate) fn build<K: Key, A: Data, B: Data, O: Data, P: CoProcessFunction<K, A
 pub(crate) fn either_key<K: 'static, A: 'static, B: 'static>(
     key_a: Arc<dyn Fn(&A) -> K + Send + Sync>,
     key_b: Arc<dyn Fn(&B) -> K + Send + Sync>,
-) -> Arc<dyn Fn(&Either<A, B>) -> K + Send + Sync> {
+) -> crate::data::KeyFn<Either<A, B>, K> {
     Arc::new(move |e: &Either<A, B>| match e {
         Either::Left(a) => key_a(a),
         Either::Right(b) => key_b(b),

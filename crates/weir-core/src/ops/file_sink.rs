@@ -54,15 +54,23 @@ enum Part {
 fn parse(name: &str) -> Option<Part> {
     if let Some(rest) = name.strip_prefix(".part-") {
         if let Some(w) = rest.strip_suffix(".inprogress") {
-            return Some(Part::InProgress { writer: w.parse().ok()? });
+            return Some(Part::InProgress {
+                writer: w.parse().ok()?,
+            });
         }
         let rest = rest.strip_suffix(".pending")?;
         let (w, c) = rest.split_once('-')?;
-        return Some(Part::Pending { writer: w.parse().ok()?, checkpoint: c.parse().ok()? });
+        return Some(Part::Pending {
+            writer: w.parse().ok()?,
+            checkpoint: c.parse().ok()?,
+        });
     }
     let rest = name.strip_prefix("part-")?;
     let (w, c) = rest.split_once('-')?;
-    Some(Part::Committed { writer: w.parse().ok()?, checkpoint: c.parse().ok()? })
+    Some(Part::Committed {
+        writer: w.parse().ok()?,
+        checkpoint: c.parse().ok()?,
+    })
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -70,7 +78,9 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 }
 
 fn fsync_dir(dir: &Path) -> Result<()> {
-    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir))
 }
 
 /// The exactly-once text file sink (see the module docs).
@@ -87,7 +97,15 @@ pub struct ExactlyOnceFileSink<T> {
 impl<T> ExactlyOnceFileSink<T> {
     /// A sink writing into `dir`, one line per record formatted by `format`.
     pub fn new(dir: PathBuf, format: Arc<dyn Fn(&T) -> String + Send + Sync>) -> Self {
-        ExactlyOnceFileSink { dir, format, writer: 0, checkpointing: false, file: None, pending: Vec::new(), restored: false }
+        ExactlyOnceFileSink {
+            dir,
+            format,
+            writer: 0,
+            checkpointing: false,
+            file: None,
+            pending: Vec::new(),
+            restored: false,
+        }
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -122,10 +140,14 @@ impl<T> ExactlyOnceFileSink<T> {
                 Part::InProgress { writer } if mine(writer) => {
                     std::fs::remove_file(e.path()).map_err(io(&e.path()))?;
                 }
-                Part::Pending { writer, checkpoint } if mine(writer) && restored.is_none_or(|c| checkpoint > c) => {
+                Part::Pending { writer, checkpoint }
+                    if mine(writer) && restored.is_none_or(|c| checkpoint > c) =>
+                {
                     std::fs::remove_file(e.path()).map_err(io(&e.path()))?;
                 }
-                Part::Committed { writer, checkpoint } if mine(writer) && restored.is_some_and(|c| checkpoint > c) => {
+                Part::Committed { writer, checkpoint }
+                    if mine(writer) && restored.is_some_and(|c| checkpoint > c) =>
+                {
                     newer.push(name);
                 }
                 _ => {}
@@ -146,7 +168,9 @@ impl<T> ExactlyOnceFileSink<T> {
     }
 
     fn roll(&mut self) -> Result<bool> {
-        let Some(mut f) = self.file.take() else { return Ok(false) };
+        let Some(mut f) = self.file.take() else {
+            return Ok(false);
+        };
         let p = self.path(&in_progress_name(self.writer));
         f.flush().map_err(io(&p))?;
         f.get_ref().sync_all().map_err(io(&p))?;
@@ -155,7 +179,12 @@ impl<T> ExactlyOnceFileSink<T> {
 }
 
 impl<T: 'static> SinkFunction<T> for ExactlyOnceFileSink<T> {
-    fn restore(&mut self, checkpoint: CheckpointId, states: &[Vec<u8>], ctx: &SinkContext) -> Result<()> {
+    fn restore(
+        &mut self,
+        checkpoint: CheckpointId,
+        states: &[Vec<u8>],
+        ctx: &SinkContext,
+    ) -> Result<()> {
         std::fs::create_dir_all(&self.dir).map_err(io(&self.dir))?;
         for s in states {
             let st: SinkState = codec::decode(s)?;
@@ -188,7 +217,8 @@ impl<T: 'static> SinkFunction<T> for ExactlyOnceFileSink<T> {
         }
         let line = (self.format)(&value);
         let f = self.file.as_mut().expect("just opened");
-        writeln!(f, "{line}").map_err(|e| Error::io(self.dir.join(in_progress_name(self.writer)).display(), e))
+        writeln!(f, "{line}")
+            .map_err(|e| Error::io(self.dir.join(in_progress_name(self.writer)).display(), e))
     }
 
     fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<Option<(Vec<u8>, String)>> {
@@ -200,13 +230,20 @@ impl<T: 'static> SinkFunction<T> for ExactlyOnceFileSink<T> {
             self.pending.push(checkpoint.0);
             crate::failpoint::hit("sink.after_precommit");
         }
-        let st = SinkState { writer: self.writer as u32, pending: self.pending.clone() };
-        let desc = format!("writer {}: pending checkpoints {:?}", self.writer, self.pending);
+        let st = SinkState {
+            writer: self.writer as u32,
+            pending: self.pending.clone(),
+        };
+        let desc = format!(
+            "writer {}: pending checkpoints {:?}",
+            self.writer, self.pending
+        );
         Ok(Some((codec::encode(&st)?, desc)))
     }
 
     fn notify_complete(&mut self, checkpoint: CheckpointId) -> Result<()> {
-        let (done, keep): (Vec<u64>, Vec<u64>) = self.pending.iter().partition(|c| **c <= checkpoint.0);
+        let (done, keep): (Vec<u64>, Vec<u64>) =
+            self.pending.iter().partition(|c| **c <= checkpoint.0);
         if !done.is_empty() {
             crate::failpoint::hit("sink.before_commit");
         }
@@ -249,9 +286,24 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        assert_eq!(parse(&in_progress_name(3)), Some(Part::InProgress { writer: 3 }));
-        assert_eq!(parse(&pending_name(1, 42)), Some(Part::Pending { writer: 1, checkpoint: 42 }));
-        assert_eq!(parse(&committed_name(0, 7)), Some(Part::Committed { writer: 0, checkpoint: 7 }));
+        assert_eq!(
+            parse(&in_progress_name(3)),
+            Some(Part::InProgress { writer: 3 })
+        );
+        assert_eq!(
+            parse(&pending_name(1, 42)),
+            Some(Part::Pending {
+                writer: 1,
+                checkpoint: 42
+            })
+        );
+        assert_eq!(
+            parse(&committed_name(0, 7)),
+            Some(Part::Committed {
+                writer: 0,
+                checkpoint: 7
+            })
+        );
         assert_eq!(parse("notes.txt"), None);
     }
 }

@@ -2,11 +2,13 @@
 //! rolling reduce / aggregate built on it.
 
 use super::{OpInfo, guard};
+use crate::checkpoint::KeyGroupBlobs;
 use crate::data::{Data, Key};
 use crate::error::Result;
 use crate::output::{Collector, Control, Output};
-use crate::checkpoint::KeyGroupBlobs;
-use crate::state::{KeyContext, StateContext, StateTableInfo, ValueState, decode_key_groups, encode_by_key_group};
+use crate::state::{
+    KeyContext, StateContext, StateTableInfo, ValueState, decode_key_groups, encode_by_key_group,
+};
 use crate::time::{MIN_WATERMARK, NO_TIMESTAMP, Timestamp};
 use crate::timer::{TimeDomain, TimerQueue};
 use std::rc::Rc;
@@ -90,7 +92,10 @@ impl<K: Key> StateTableInfo for TimersTable<K> {
         let t = self.0.borrow();
         let ev = t.event.entries();
         let pt = t.processing.entries();
-        let items = ev.iter().map(|(ts, k, ())| (k, (*ts, false))).chain(pt.iter().map(|(ts, k, ())| (k, (*ts, true))));
+        let items = ev
+            .iter()
+            .map(|(ts, k, ())| (k, (*ts, false)))
+            .chain(pt.iter().map(|(ts, k, ())| (k, (*ts, true))));
         encode_by_key_group(max_parallelism, items)
     }
     fn restore(&self, blobs: &KeyGroupBlobs) -> Result<()> {

@@ -6,13 +6,13 @@ use crate::checkpoint::{Checkpointed, OperatorSnapshot};
 use crate::error::{Error, Result};
 use crate::graph::BuildContext;
 use crate::ids::CheckpointId;
-use std::cell::RefCell;
-use std::rc::Rc;
 use crate::output::{Control, Output};
 use crate::time::Timestamp;
+use std::cell::RefCell;
 use std::fmt::Debug;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 /// Which subtask a sink instance is, and how the job runs.
@@ -42,7 +42,12 @@ pub struct SinkContext {
 pub trait SinkFunction<T>: 'static {
     /// Called before `open` when the job resumes from checkpoint `checkpoint`, with the
     /// snapshots of every subtask of the previous run (the parallelism may have changed).
-    fn restore(&mut self, checkpoint: CheckpointId, states: &[Vec<u8>], ctx: &SinkContext) -> Result<()> {
+    fn restore(
+        &mut self,
+        checkpoint: CheckpointId,
+        states: &[Vec<u8>],
+        ctx: &SinkContext,
+    ) -> Result<()> {
         let _ = (checkpoint, states, ctx);
         Ok(())
     }
@@ -81,7 +86,11 @@ impl<T: 'static, S: SinkFunction<T>> SinkOp<T, S> {
     /// Restores (when resuming), opens the sink and registers its checkpoint hooks.
     pub fn new(mut sink: S, ctx: &BuildContext<'_>) -> Result<Self> {
         let info = OpInfo::from_ctx(ctx);
-        let sctx = SinkContext { subtask: info.subtask, parallelism: info.parallelism, checkpointing: ctx.checkpointing };
+        let sctx = SinkContext {
+            subtask: info.subtask,
+            parallelism: info.parallelism,
+            checkpointing: ctx.checkpointing,
+        };
         if let Some(r) = ctx.restore
             && let Some(id) = r.checkpoint
         {
@@ -89,9 +98,18 @@ impl<T: 'static, S: SinkFunction<T>> SinkOp<T, S> {
         }
         guard(&info, || sink.open(&sctx))?;
         let sink = Rc::new(RefCell::new(sink));
-        let hooks = SinkHooks { sink: sink.clone(), info: info.clone(), _p: std::marker::PhantomData };
-        ctx.participants.register(ctx.operator_id, Rc::new(RefCell::new(hooks)));
-        Ok(SinkOp { sink, info, _p: std::marker::PhantomData })
+        let hooks = SinkHooks {
+            sink: sink.clone(),
+            info: info.clone(),
+            _p: std::marker::PhantomData,
+        };
+        ctx.participants
+            .register(ctx.operator_id, Rc::new(RefCell::new(hooks)));
+        Ok(SinkOp {
+            sink,
+            info,
+            _p: std::marker::PhantomData,
+        })
     }
 }
 
@@ -120,9 +138,11 @@ impl<T, S: SinkFunction<T>> Checkpointed for SinkHooks<T, S> {
     fn snapshot(&mut self, id: CheckpointId) -> Result<OperatorSnapshot> {
         let s = &self.sink;
         Ok(match guard(&self.info, || s.borrow_mut().snapshot(id))? {
-            Some((bytes, desc)) => {
-                OperatorSnapshot { keyed: Default::default(), operator: Some(bytes), description: Some(desc) }
-            }
+            Some((bytes, desc)) => OperatorSnapshot {
+                keyed: Default::default(),
+                operator: Some(bytes),
+                description: Some(desc),
+            },
             None => OperatorSnapshot::default(),
         })
     }

@@ -8,9 +8,9 @@ use crate::checkpoint::KeyGroupBlobs;
 use crate::codec;
 use crate::data::{Data, Key, key_group};
 use crate::error::Result;
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use rustc_hash::FxHashMap;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -66,13 +66,21 @@ pub fn encode_by_key_group<'a, K: Key + 'a, E: Serialize>(
 ) -> Result<KeyGroupBlobs> {
     let mut groups: BTreeMap<u32, Vec<(&'a K, E)>> = BTreeMap::new();
     for (k, e) in items {
-        groups.entry(key_group(k, max_parallelism).0).or_default().push((k, e));
+        groups
+            .entry(key_group(k, max_parallelism).0)
+            .or_default()
+            .push((k, e));
     }
-    groups.into_iter().map(|(g, entries)| Ok((g, codec::encode(&entries)?))).collect()
+    groups
+        .into_iter()
+        .map(|(g, entries)| Ok((g, codec::encode(&entries)?)))
+        .collect()
 }
 
 /// Decodes every blob of [`encode_by_key_group`] into `(key, entry)` pairs.
-pub fn decode_key_groups<K: Key, E: DeserializeOwned>(blobs: &KeyGroupBlobs) -> Result<Vec<(K, E)>> {
+pub fn decode_key_groups<K: Key, E: DeserializeOwned>(
+    blobs: &KeyGroupBlobs,
+) -> Result<Vec<(K, E)>> {
     let mut out = Vec::new();
     for (_, b) in blobs {
         out.extend(codec::decode::<Vec<(K, E)>>(b)?);

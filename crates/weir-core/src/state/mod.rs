@@ -11,10 +11,12 @@
 
 mod heap;
 
-pub use heap::{HeapListTable, HeapMapTable, HeapValueTable, decode_key_groups, encode_by_key_group};
+pub use heap::{
+    HeapListTable, HeapMapTable, HeapValueTable, decode_key_groups, encode_by_key_group,
+};
 
-use crate::data::{Data, Key};
 use crate::checkpoint::{Checkpointed, KeyGroupBlobs, OperatorSnapshot};
+use crate::data::{Data, Key};
 use crate::error::{Error, Result};
 use crate::ids::CheckpointId;
 use std::cell::RefCell;
@@ -25,7 +27,11 @@ struct BackendHooks(SharedBackend);
 
 impl Checkpointed for BackendHooks {
     fn snapshot(&mut self, _id: CheckpointId) -> Result<OperatorSnapshot> {
-        Ok(OperatorSnapshot { keyed: self.0.borrow().snapshot()?, operator: None, description: None })
+        Ok(OperatorSnapshot {
+            keyed: self.0.borrow().snapshot()?,
+            operator: None,
+            description: None,
+        })
     }
 }
 
@@ -96,7 +102,10 @@ pub struct StateContext<K> {
 impl<K: Key> StateContext<K> {
     /// A context over `backend`, scoped by `key`.
     pub fn new(key: Rc<KeyContext<K>>, backend: Box<dyn KeyedStateBackend>) -> Self {
-        StateContext { key, backend: Rc::new(RefCell::new(backend)) }
+        StateContext {
+            key,
+            backend: Rc::new(RefCell::new(backend)),
+        }
     }
 
     /// The shared current-key context.

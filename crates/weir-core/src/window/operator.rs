@@ -7,17 +7,17 @@
 //! passes max timestamp + allowed lateness; records for windows already dropped are late.
 
 use super::{TimeWindow, WindowAssigner};
+use crate::checkpoint::KeyGroupBlobs;
 use crate::data::{Data, Key};
 use crate::error::{Error, Result};
 use crate::ops::{OpInfo, guard};
 use crate::output::{Collector, Control, Output};
-use crate::checkpoint::KeyGroupBlobs;
 use crate::state::{HeapValueTable, StateTableInfo, decode_key_groups, encode_by_key_group};
-use rustc_hash::FxHashMap;
-use std::collections::BTreeMap;
 use crate::time::{MIN_WATERMARK, NO_TIMESTAMP, Timestamp};
 use crate::timer::TimerQueue;
+use rustc_hash::FxHashMap;
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -57,14 +57,22 @@ impl<K: Key, A: Data> StateTableInfo for RefCell<FixedWindows<K, A>> {
     fn snapshot(&self, max_parallelism: usize) -> Result<KeyGroupBlobs> {
         let t = self.borrow();
         let items = t.windows.iter().flat_map(|(&(max_ts, start), w)| {
-            w.keys.iter().map(move |(k, a)| (k, (max_ts, start, w.fired, a)))
+            w.keys
+                .iter()
+                .map(move |(k, a)| (k, (max_ts, start, w.fired, a)))
         });
         encode_by_key_group(max_parallelism, items)
     }
     fn restore(&self, blobs: &KeyGroupBlobs) -> Result<()> {
         let mut t = self.borrow_mut();
         for (k, (max_ts, start, fired, acc)) in decode_key_groups::<K, FixedEntry<A>>(blobs)? {
-            let w = t.windows.entry((max_ts, start)).or_insert_with(|| WindowKeys { fired, keys: FxHashMap::default() });
+            let w = t
+                .windows
+                .entry((max_ts, start))
+                .or_insert_with(|| WindowKeys {
+                    fired,
+                    keys: FxHashMap::default(),
+                });
             w.fired |= fired;
             w.keys.insert(k, acc);
         }
@@ -81,7 +89,10 @@ impl<K: Key> StateTableInfo for SessionTimers<K> {
     }
     fn snapshot(&self, max_parallelism: usize) -> Result<KeyGroupBlobs> {
         let entries = self.0.borrow().entries();
-        encode_by_key_group(max_parallelism, entries.iter().map(|(ts, k, w)| (k, (*ts, *w))))
+        encode_by_key_group(
+            max_parallelism,
+            entries.iter().map(|(ts, k, w)| (k, (*ts, *w))),
+        )
     }
     fn restore(&self, blobs: &KeyGroupBlobs) -> Result<()> {
         let mut q = self.0.borrow_mut();
@@ -92,11 +103,14 @@ impl<K: Key> StateTableInfo for SessionTimers<K> {
     }
 }
 
+/// The open sessions of each key.
+type SessionTable<K, A> = Rc<RefCell<HeapValueTable<K, Vec<(TimeWindow, A)>>>>;
+
 enum Contents<K, A> {
     /// Non-merging windows: one accumulator per (window, key).
     Fixed(Rc<RefCell<FixedWindows<K, A>>>),
     /// Session windows: the open sessions of each key.
-    Sessions(Rc<RefCell<HeapValueTable<K, Vec<(TimeWindow, A)>>>>),
+    Sessions(SessionTable<K, A>),
 }
 
 /// The window operator over a keyed stream.
@@ -134,7 +148,9 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
         let contents = if assigner.is_merging() {
             Contents::Sessions(state.heap_value_table("window-sessions")?)
         } else {
-            let t = Rc::new(RefCell::new(FixedWindows { windows: BTreeMap::new() }));
+            let t = Rc::new(RefCell::new(FixedWindows {
+                windows: BTreeMap::new(),
+            }));
             state.register_table("window-contents", t.clone())?;
             Contents::Fixed(t)
         };
@@ -165,10 +181,14 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
     /// Registers the window's cleanup timer and, unless it is already due, its fire timer.
     fn register(&mut self, key: &K, w: TimeWindow) {
         if w.max_timestamp() > self.watermark {
-            self.timers.borrow_mut().register(w.max_timestamp(), key.clone(), w);
+            self.timers
+                .borrow_mut()
+                .register(w.max_timestamp(), key.clone(), w);
         }
         if self.lateness > 0 {
-            self.timers.borrow_mut().register(self.cleanup_time(&w), key.clone(), w);
+            self.timers
+                .borrow_mut()
+                .register(self.cleanup_time(&w), key.clone(), w);
         }
     }
 
@@ -203,7 +223,10 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
             let win = t
                 .windows
                 .entry((w.max_timestamp(), w.start))
-                .or_insert_with(|| WindowKeys { fired: due, keys: FxHashMap::default() });
+                .or_insert_with(|| WindowKeys {
+                    fired: due,
+                    keys: FxHashMap::default(),
+                });
             let fired = win.fired;
             match win.keys.get_mut(&key) {
                 Some(acc) => self.f.add(acc, v),
@@ -226,7 +249,11 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
         Ok(accepted)
     }
 
-    fn fire_fixed(&mut self, table: Rc<RefCell<FixedWindows<K, F::Acc>>>, wm: Timestamp) -> Result<()> {
+    fn fire_fixed(
+        &mut self,
+        table: Rc<RefCell<FixedWindows<K, F::Acc>>>,
+        wm: Timestamp,
+    ) -> Result<()> {
         loop {
             let mut t = table.borrow_mut();
             let Some((&(max_ts, start), win)) = t.windows.iter_mut().find(|(_, w)| !w.fired) else {
@@ -237,7 +264,10 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
             }
             let w = TimeWindow::new(start, max_ts + 1);
             let keys = if self.cleanup_time(&w) <= wm {
-                t.windows.remove(&(max_ts, start)).map(|w| w.keys).unwrap_or_default()
+                t.windows
+                    .remove(&(max_ts, start))
+                    .map(|w| w.keys)
+                    .unwrap_or_default()
             } else {
                 win.fired = true;
                 win.keys.clone()
@@ -298,9 +328,13 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
         let mut acc = self.f.create();
         for (sw, sacc) in absorbed {
             self.f.merge(&mut acc, sacc);
-            self.timers.borrow_mut().delete(sw.max_timestamp(), key.clone(), sw);
+            self.timers
+                .borrow_mut()
+                .delete(sw.max_timestamp(), key.clone(), sw);
             if self.lateness > 0 {
-                self.timers.borrow_mut().delete(self.cleanup_time(&sw), key.clone(), sw);
+                self.timers
+                    .borrow_mut()
+                    .delete(self.cleanup_time(&sw), key.clone(), sw);
             }
         }
         self.f.add(&mut acc, value);

@@ -1,0 +1,218 @@
+//! Running `file_sum` as a child process and checking its committed output.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// A small deterministic random number generator (xorshift64*), so every run of a test
+/// sees the same input and kill schedule for a given seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// One chaos scenario: an input file, an output and a checkpoint directory.
+pub struct Scenario {
+    /// Keeps the scenario's files alive.
+    pub _dir: tempfile::TempDir,
+    pub input: PathBuf,
+    pub output: PathBuf,
+    pub checkpoints: PathBuf,
+    /// Expected running sums per key, in input order.
+    pub expected: BTreeMap<String, Vec<i64>>,
+}
+
+impl Scenario {
+    /// Writes `lines` random `key,value` lines over `keys` keys (values 1..=1000, so every
+    /// key's prefix sums are strictly increasing and distinct).
+    pub fn new(lines: usize, keys: u64, seed: u64) -> Scenario {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let input = dir.path().join("input.csv");
+        let mut rng = Rng::new(seed);
+        let mut text = String::new();
+        let mut sums: BTreeMap<String, i64> = BTreeMap::new();
+        let mut expected: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        for _ in 0..lines {
+            let key = format!("key-{}", rng.below(keys));
+            let value = 1 + rng.below(1000) as i64;
+            text.push_str(&format!("{key},{value}\n"));
+            let s = sums.entry(key.clone()).or_default();
+            *s += value;
+            expected.entry(key).or_default().push(*s);
+        }
+        std::fs::write(&input, text).expect("write input");
+        let output = dir.path().join("out");
+        let checkpoints = dir.path().join("ck");
+        Scenario {
+            _dir: dir,
+            input,
+            output,
+            checkpoints,
+            expected,
+        }
+    }
+
+    /// The `file_sum` command for this scenario.
+    pub fn command(&self, parallelism: usize, max_rate: Option<u64>, interval_ms: u64) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_file_sum"));
+        c.arg("--input")
+            .arg(&self.input)
+            .arg("--output")
+            .arg(&self.output)
+            .arg("--checkpoint-dir")
+            .arg(&self.checkpoints)
+            .arg("--checkpoint-interval-ms")
+            .arg(interval_ms.to_string())
+            .arg("--parallelism")
+            .arg(parallelism.to_string())
+            .env_remove("WEIR_FAILPOINTS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(r) = max_rate {
+            c.arg("--max-rate").arg(r.to_string());
+        }
+        c
+    }
+
+    /// Runs `file_sum` to completion (no faults) and asserts it exits 0.
+    pub fn run_to_end(&self, parallelism: usize) {
+        let out = self
+            .command(parallelism, None, 100)
+            .output()
+            .expect("start file_sum");
+        assert!(
+            out.status.success(),
+            "file_sum failed: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Checks the committed output against the input: exactly the prefix sums per key,
+    /// each once, and no uncommitted file left behind.
+    pub fn check(&self) {
+        let mut got: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        for entry in std::fs::read_dir(&self.output).expect("output dir") {
+            let entry = entry.expect("dir entry");
+            let name = entry.file_name().to_string_lossy().into_owned();
+            assert!(
+                !name.starts_with('.'),
+                "an uncommitted file is left after a completed run: {name}"
+            );
+            let text = std::fs::read_to_string(entry.path()).expect("read part file");
+            for line in text.lines() {
+                let (k, v) = line
+                    .split_once(',')
+                    .unwrap_or_else(|| panic!("bad output line {line:?} in {name}"));
+                got.entry(k.to_string())
+                    .or_default()
+                    .push(v.parse().expect("sum"));
+            }
+        }
+        assert_eq!(
+            got.keys().collect::<BTreeSet<_>>(),
+            self.expected.keys().collect::<BTreeSet<_>>(),
+            "the output has a different set of keys than the input"
+        );
+        for (key, want) in &self.expected {
+            let mut have = got[key].clone();
+            have.sort_unstable();
+            let dupes = have.windows(2).filter(|w| w[0] == w[1]).count();
+            let have_set: BTreeSet<i64> = have.iter().copied().collect();
+            let missing = want.iter().filter(|s| !have_set.contains(s)).count();
+            assert!(
+                dupes == 0 && missing == 0 && have.len() == want.len(),
+                "key {key}: {dupes} duplicated and {missing} missing sums ({} committed, {} expected)",
+                have.len(),
+                want.len()
+            );
+        }
+    }
+}
+
+/// Waits for a child with a deadline; kills it and fails the test if it hangs.
+pub fn wait_within(child: &mut Child, limit: Duration) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for file_sum") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("file_sum did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Stderr of a finished child, for failure messages.
+pub fn stderr_of(child: &mut Child) -> String {
+    use std::io::Read;
+    let mut s = String::new();
+    if let Some(e) = child.stderr.as_mut() {
+        let _ = e.read_to_string(&mut s);
+    }
+    s
+}
+
+/// Polls `cond` every 10 ms until it holds, failing the test after `limit`.
+pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// True when `dir` holds at least one complete checkpoint.
+pub fn has_complete_checkpoint(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten().any(|e| {
+                e.file_name().to_string_lossy().starts_with("chk-")
+                    && e.path().join("_metadata").exists()
+            })
+        })
+        .unwrap_or(false)
+}
+
+/// How many times the soak mode multiplies the kills.
+pub fn soak_factor() -> usize {
+    if std::env::var_os("WEIR_SOAK").is_some() {
+        10
+    } else {
+        1
+    }
+}
+
+/// The id of the newest complete checkpoint in `dir`.
+pub fn latest_checkpoint(dir: &Path) -> Option<u64> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|e| e.path().join("_metadata").exists())
+        .filter_map(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .strip_prefix("chk-")
+                .and_then(|n| n.parse().ok())
+        })
+        .max()
+}

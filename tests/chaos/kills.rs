@@ -1,0 +1,145 @@
+//! SIGKILL at random moments, at every named fail point, and across a rescale from a
+//! savepoint.
+
+use crate::harness::{
+    Rng, Scenario, has_complete_checkpoint, latest_checkpoint, soak_factor, stderr_of, wait_for,
+    wait_within,
+};
+use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
+
+/// Kills `file_sum` at `kills` random moments (30–330 ms into each run), restarting it each
+/// time, then lets it finish; every kill must land while the job is still running.
+fn random_kills(parallelism: usize, seed: u64) {
+    let s = Scenario::new(40_000, 40, seed);
+    let mut rng = Rng::new(seed ^ 0xC0FFEE);
+    let kills = 20 * soak_factor();
+    let mut landed = 0;
+    for _ in 0..kills {
+        let mut child = s
+            .command(parallelism, Some(10_000), 50)
+            .spawn()
+            .expect("start file_sum");
+        std::thread::sleep(Duration::from_millis(30 + rng.below(300)));
+        match child.try_wait().expect("poll file_sum") {
+            Some(status) => {
+                let err = stderr_of(&mut child);
+                assert!(
+                    status.success(),
+                    "file_sum failed on its own: {status}\n{err}"
+                );
+            }
+            None => {
+                child.kill().expect("SIGKILL file_sum");
+                let status = child.wait().expect("reap file_sum");
+                assert_eq!(
+                    status.signal(),
+                    Some(9),
+                    "file_sum was not killed by SIGKILL"
+                );
+                landed += 1;
+            }
+        }
+    }
+    assert!(
+        landed >= 20.min(kills),
+        "only {landed} of {kills} kills landed while the job was running"
+    );
+    s.run_to_end(parallelism);
+    s.check();
+}
+
+#[test]
+fn sigkill_at_random_moments_parallelism_1() {
+    random_kills(1, 1);
+}
+
+#[test]
+fn sigkill_at_random_moments_parallelism_2() {
+    random_kills(2, 2);
+}
+
+const FAIL_POINTS: [&str; 5] = [
+    "checkpoint.before_metadata",
+    "checkpoint.after_metadata",
+    "sink.after_precommit",
+    "sink.before_commit",
+    "sink.after_commit",
+];
+
+#[test]
+fn sigkill_at_every_fail_point() {
+    let s = Scenario::new(20_000, 20, 3);
+    for point in FAIL_POINTS {
+        let mut child = s
+            .command(2, Some(10_000), 50)
+            .env("WEIR_FAILPOINTS", format!("{point}=kill"))
+            .spawn()
+            .expect("start file_sum");
+        let status = wait_within(&mut child, Duration::from_secs(60));
+        let err = stderr_of(&mut child);
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "fail point {point} did not kill file_sum ({status}):\n{err}"
+        );
+        assert!(
+            err.contains(&format!("fail point '{point}'")),
+            "fail point {point} was not reported:\n{err}"
+        );
+    }
+    s.run_to_end(2);
+    s.check();
+}
+
+#[test]
+fn rescale_from_savepoint_2_to_1_to_3() {
+    let s = Scenario::new(30_000, 30, 4);
+    // Parallelism 2, stopped with a savepoint once a checkpoint exists.
+    let mut child = s
+        .command(2, Some(10_000), 50)
+        .spawn()
+        .expect("start file_sum");
+    wait_for("a first checkpoint", Duration::from_secs(30), || {
+        has_complete_checkpoint(&s.checkpoints)
+    });
+    std::fs::write(s.checkpoints.join(weir::SAVEPOINT_REQUEST_FILE), "stop")
+        .expect("request savepoint");
+    let status = wait_within(&mut child, Duration::from_secs(30));
+    let out = child.wait_with_output().expect("file_sum output");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        status.success(),
+        "stop-with-savepoint failed: {status}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let savepoint = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("stopped with savepoint "))
+        .unwrap_or_else(|| panic!("no savepoint path in the output: {stdout:?}"))
+        .to_string();
+    // Parallelism 1 from the savepoint, killed mid-run.
+    let mut child = s
+        .command(1, Some(10_000), 50)
+        .arg("--from-savepoint")
+        .arg(&savepoint)
+        .spawn()
+        .expect("start file_sum");
+    let sp_id: u64 = savepoint
+        .rsplit('/')
+        .next()
+        .and_then(|n| n.strip_prefix("sp-"))
+        .and_then(|n| n.split('-').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected savepoint path {savepoint}"));
+    wait_for(
+        "a checkpoint after the savepoint",
+        Duration::from_secs(30),
+        || latest_checkpoint(&s.checkpoints).is_some_and(|id| id > sp_id),
+    );
+    child.kill().expect("SIGKILL file_sum");
+    child.wait().expect("reap file_sum");
+    // Parallelism 3 from the latest checkpoint, to the end.
+    s.run_to_end(3);
+    s.check();
+}

@@ -1,0 +1,381 @@
+//! Failures: user functions that return errors or panic fail the job promptly with the
+//! operator's name and the cause; cancellation; invalid configurations and pipelines.
+
+use weir::prelude::*;
+use weir_tests::{JOB_DEADLINE, join_within, run, run_failing};
+
+fn assert_mentions(e: &Error, parts: &[&str]) {
+    let msg = e.to_string();
+    for p in parts {
+        assert!(msg.contains(p), "error {msg:?} should mention {p:?}");
+    }
+}
+
+#[test]
+fn try_map_error_fails_the_job_with_the_operator_name_and_cause() {
+    let env = Env::new().parallelism(1);
+    env.from_collection((0..100i64).collect::<Vec<_>>())
+        .try_map(|x| {
+            if x == 42 {
+                Err(Error::user(format!("record {x} is invalid")))
+            } else {
+                Ok(x)
+            }
+        })
+        .name("validate")
+        .discard();
+    let e = run_failing(&env);
+    assert_eq!(
+        e.to_string(),
+        "operator 'validate' (subtask 1/1) failed: record 42 is invalid"
+    );
+    match e {
+        Error::Operator { location, cause } => {
+            assert_eq!(location.operator, "validate");
+            assert!(matches!(*cause, Error::User(_)), "{cause:?}");
+        }
+        other => panic!("expected an operator error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_panic_in_map_fails_the_job_with_the_operator_name_and_message() {
+    let env = Env::new().parallelism(2);
+    env.from_collection((0..10i64).collect::<Vec<_>>())
+        .map(|x| {
+            if x == 7 {
+                panic!("boom at {x}");
+            }
+            x
+        })
+        .name("exploder")
+        .discard();
+    let e = run_failing(&env);
+    assert_mentions(&e, &["operator 'exploder'", "panicked: boom at 7"]);
+}
+
+struct FailOn {
+    key: &'static str,
+    panic: bool,
+}
+
+impl KeyedProcessFunction<String, String, String> for FailOn {
+    fn process(&mut self, v: String, ctx: &mut KeyedContext<'_, String, String>) -> Result<()> {
+        if v == self.key {
+            if self.panic {
+                panic!("cannot handle key {v}");
+            }
+            return Err(Error::user(format!("refusing key {v}")));
+        }
+        ctx.emit(v);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_keyed_process_function_error_or_panic_fails_the_job() {
+    for panic in [false, true] {
+        let env = Env::new().parallelism(2);
+        env.from_collection(vec![
+            "a".to_string(),
+            "b".into(),
+            "poison".into(),
+            "c".into(),
+        ])
+        .key_by(|s| s.clone())
+        .process(move || FailOn {
+            key: "poison",
+            panic,
+        })
+        .name("keyed-check")
+        .discard();
+        let e = run_failing(&env);
+        let cause = if panic {
+            "panicked: cannot handle key poison"
+        } else {
+            "refusing key poison"
+        };
+        assert_mentions(&e, &["operator 'keyed-check'", cause]);
+    }
+}
+
+#[test]
+fn a_panic_in_a_sink_fails_the_job() {
+    let env = Env::new().parallelism(2);
+    env.from_collection((0..10i64).collect::<Vec<_>>())
+        .for_each(|| {
+            |v: i64, _ts| {
+                if v == 3 {
+                    panic!("sink cannot store {v}");
+                }
+                Ok(())
+            }
+        })
+        .name("fragile-sink");
+    let e = run_failing(&env);
+    assert_mentions(
+        &e,
+        &["operator 'fragile-sink'", "panicked: sink cannot store 3"],
+    );
+}
+
+/// Emits 0, 1, 2, ... forever (one batch per poll); fails at `fail_at` if set.
+struct Endless {
+    next: i64,
+    fail_at: Option<(i64, bool)>,
+}
+
+impl SourceFunction<i64> for Endless {
+    fn poll(&mut self, out: &mut SourceOutput<'_, i64>) -> Result<SourceStatus> {
+        for _ in 0..100 {
+            if let Some((at, panic)) = self.fail_at
+                && self.next == at
+            {
+                if panic {
+                    panic!("source broke at {at}");
+                }
+                return Err(Error::user(format!("source gave up at {at}")));
+            }
+            out.emit(self.next)?;
+            self.next += 1;
+        }
+        Ok(SourceStatus::More)
+    }
+}
+
+#[test]
+fn a_failing_source_fails_the_job() {
+    for panic in [false, true] {
+        let env = Env::new().parallelism(2);
+        env.source("flaky-source", move |_| Endless {
+            next: 0,
+            fail_at: Some((1000, panic)),
+        })
+        .key_by(|x| x % 10)
+        .reduce(|a, b| a + b)
+        .discard();
+        let e = run_failing(&env);
+        let cause = if panic {
+            "panicked: source broke at 1000"
+        } else {
+            "source gave up at 1000"
+        };
+        assert_mentions(&e, &["operator 'flaky-source'", cause]);
+    }
+}
+
+#[test]
+fn a_panic_in_a_key_selector_fails_the_job() {
+    let env = Env::new().parallelism(2);
+    env.from_collection(vec![1i64, 2, 3])
+        .key_by(|x| {
+            if *x == 2 {
+                panic!("no key for {x}");
+            }
+            *x
+        })
+        .reduce(|a, b| a + b)
+        .discard();
+    // The key selector also runs in the upstream task (to route the record), so the
+    // operator named is whichever ran it first; the cause is always there.
+    let e = run_failing(&env);
+    assert_mentions(&e, &["panicked: no key for 2"]);
+}
+
+#[test]
+fn an_infinite_source_with_a_failing_downstream_operator_fails_promptly() {
+    let env = Env::new().parallelism(2);
+    env.source("endless", |_| Endless {
+        next: 0,
+        fail_at: None,
+    })
+    .key_by(|x| x % 7)
+    .process(|| FailAbove(50_000))
+    .name("limit")
+    .discard();
+    // run_failing waits at most JOB_DEADLINE: the infinite source must be stopped.
+    let e = run_failing(&env);
+    // Whichever subtask fails first, it fails on a value at or above the limit.
+    assert_mentions(&e, &["operator 'limit'", "is above the limit of 50000"]);
+}
+
+struct FailAbove(i64);
+
+impl KeyedProcessFunction<i64, i64, i64> for FailAbove {
+    fn process(&mut self, v: i64, ctx: &mut KeyedContext<'_, i64, i64>) -> Result<()> {
+        if v >= self.0 {
+            return Err(Error::user(format!("{v} is above the limit of {}", self.0)));
+        }
+        ctx.emit(v);
+        Ok(())
+    }
+}
+
+#[test]
+fn cancel_stops_a_job_with_an_infinite_source() {
+    // Repeated: the outcome must not depend on which task notices the cancellation first.
+    for _ in 0..5 {
+        let env = Env::new().parallelism(2);
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        env.source("endless", |_| Endless {
+            next: 0,
+            fail_at: None,
+        })
+        .key_by(|x| x % 3)
+        .reduce(|a, b| a.wrapping_add(b))
+        .for_each(move || {
+            let tx = tx.clone();
+            let mut told = false;
+            move |_, _| {
+                if !told {
+                    told = true;
+                    let _ = tx.send(());
+                }
+                Ok(())
+            }
+        });
+        let handle = env.execute_async("endless").unwrap();
+        rx.recv_timeout(JOB_DEADLINE)
+            .expect("records reach the sink");
+        assert!(!handle.is_finished());
+        handle.cancel();
+        let r = join_within(handle, JOB_DEADLINE);
+        assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
+    }
+}
+
+#[test]
+fn parallelism_zero_is_a_config_error() {
+    let env = Env::new().parallelism(0);
+    env.from_collection(vec![1]).discard();
+    let e = env.execute("zero").unwrap_err();
+    assert!(matches!(e, Error::Config(_)), "{e:?}");
+    assert_mentions(&e, &["parallelism must be at least 1"]);
+}
+
+#[test]
+fn keyed_parallelism_above_max_parallelism_is_a_config_error() {
+    let env = Env::new().parallelism(2).max_parallelism(4);
+    env.from_collection(vec![1i64, 2])
+        .key_by(|x| *x)
+        .reduce(|a, b| a + b)
+        .name("sum")
+        .parallelism(8)
+        .discard();
+    let e = env.execute("too-parallel").unwrap_err();
+    assert!(matches!(e, Error::Config(_)), "{e:?}");
+    assert_mentions(
+        &e,
+        &[
+            "'sum'",
+            "parallelism 8",
+            "max parallelism 4",
+            "raise max_parallelism",
+        ],
+    );
+
+    // The job default applies to keyed operators too.
+    let env = Env::new().parallelism(8).max_parallelism(4);
+    env.from_collection(vec![1i64])
+        .key_by(|x| *x)
+        .reduce(|a, b| a + b)
+        .discard();
+    let e = env.execute("too-parallel").unwrap_err();
+    assert_mentions(&e, &["'reduce'", "raise max_parallelism"]);
+}
+
+#[test]
+fn other_invalid_configs_say_what_to_change() {
+    let cases: Vec<(Env, &str)> = vec![
+        (
+            Env::new().max_parallelism(0),
+            "max parallelism must be between 1 and 32768",
+        ),
+        (Env::new().exchange(0, 4), "batch size must be at least 1"),
+        (
+            Env::new().exchange(16, 0),
+            "channel capacity must be at least 1",
+        ),
+    ];
+    for (env, msg) in cases {
+        env.from_collection(vec![1]).discard();
+        let e = env.execute("bad").unwrap_err();
+        assert!(matches!(e, Error::Config(_)), "{e:?}");
+        assert_mentions(&e, &[msg]);
+    }
+}
+
+#[test]
+fn an_empty_or_already_executed_pipeline_is_a_config_error() {
+    let env = Env::new().parallelism(1);
+    let e = env.execute("empty").unwrap_err();
+    assert!(matches!(e, Error::Config(_)), "{e:?}");
+    env.from_collection(vec![1]).discard();
+    run(&env).unwrap();
+    let e = env.execute("again").unwrap_err();
+    assert_mentions(&e, &["already executed"]);
+}
+
+#[test]
+#[should_panic(expected = "parallelism must be at least 1")]
+fn operator_parallelism_zero_panics_at_build_time() {
+    let env = Env::new();
+    let _ = env.from_collection(vec![1]).map(|x| x + 1).parallelism(0);
+}
+
+#[test]
+#[should_panic(expected = "is not parallel")]
+fn a_collection_source_cannot_be_parallel() {
+    let env = Env::new();
+    let _ = env.from_collection(vec![1]).parallelism(2);
+}
+
+#[test]
+#[should_panic(expected = "no side output named 'never-declared'")]
+fn reading_an_undeclared_side_output_panics() {
+    let env = Env::new();
+    let tag = OutputTag::<i64>::new("never-declared");
+    let _ = env.from_collection(vec![1i64]).map(|x| x).side_output(&tag);
+}
+
+#[test]
+fn read_text_file_of_a_missing_file_names_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("does-not-exist.txt");
+    let env = Env::new().parallelism(2);
+    env.read_text_file(&path).discard();
+    let e = run_failing(&env);
+    assert_mentions(&e, &["operator 'text-file'", &path.display().to_string()]);
+}
+
+#[test]
+fn a_window_on_records_without_timestamps_explains_the_fix() {
+    let env = Env::new().parallelism(1);
+    env.from_collection(vec![1i64, 2])
+        .key_by(|x| x % 2)
+        .window(WindowAssigner::tumbling(10))
+        .reduce(|a, b| a + b)
+        .discard();
+    let e = run_failing(&env);
+    assert_mentions(&e, &["without a timestamp", "with_watermarks"]);
+}
+
+#[test]
+fn a_failure_in_a_co_process_function_names_it() {
+    struct Picky;
+    impl CoProcessFunction<(), i64, i64, i64> for Picky {
+        fn process1(&mut self, v: i64, ctx: &mut CoContext<'_, (), i64>) -> Result<()> {
+            ctx.emit(v);
+            Ok(())
+        }
+        fn process2(&mut self, v: i64, _ctx: &mut CoContext<'_, (), i64>) -> Result<()> {
+            Err(Error::user(format!("second input rejected {v}")))
+        }
+    }
+    let env = Env::new().parallelism(2);
+    let a = env.from_collection(vec![1i64, 2]);
+    let b = env.from_collection(vec![9i64]);
+    a.connect(&b).process(|| Picky).name("picky").discard();
+    let e = run_failing(&env);
+    assert_mentions(&e, &["operator 'picky'", "second input rejected 9"]);
+}
