@@ -16,6 +16,8 @@
 //! - `--parallelism` sets the parallelism of the keyed sum and the sink (the file is read by
 //!   one reader so each key's lines stay in file order); it may change between runs.
 //! - `--max-rate` throttles the reader, so a kill can land mid-run.
+//! - `--state rocksdb|memory` picks the keyed state backend (default: rocksdb, with its
+//!   files checkpointed incrementally).
 //! - `--from-savepoint PATH` starts from a savepoint (or a specific checkpoint) instead of
 //!   the latest checkpoint in CKDIR. Take a savepoint of a running job with
 //!   `weir savepoint trigger CKDIR`, or stop it with one with `weir savepoint stop CKDIR`
@@ -36,6 +38,7 @@ struct Args {
     parallelism: usize,
     max_rate: Option<u64>,
     from_savepoint: Option<PathBuf>,
+    state: BackendKind,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -46,6 +49,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut parallelism = 1;
     let mut max_rate = None;
     let mut from_savepoint = None;
+    let mut state = BackendKind::parse("rocksdb")?;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -59,11 +63,12 @@ fn parse_args() -> anyhow::Result<Args> {
             "--parallelism" => parallelism = value()?.parse().context("--parallelism")?,
             "--max-rate" => max_rate = Some(value()?.parse().context("--max-rate")?),
             "--from-savepoint" => from_savepoint = Some(PathBuf::from(value()?)),
+            "--state" => state = BackendKind::parse(&value()?)?,
             "-h" | "--help" => {
                 println!(
                     "usage: file_sum --input IN --output OUTDIR --checkpoint-dir CKDIR \
                      [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
-                     [--from-savepoint PATH]"
+                     [--from-savepoint PATH] [--state rocksdb|memory]"
                 );
                 std::process::exit(0);
             }
@@ -78,6 +83,7 @@ fn parse_args() -> anyhow::Result<Args> {
         parallelism,
         max_rate,
         from_savepoint,
+        state,
     })
 }
 
@@ -127,6 +133,7 @@ fn main() -> anyhow::Result<()> {
     checkpoints.restore_from = args.from_savepoint.clone();
     let env = Env::new()
         .parallelism(args.parallelism)
+        .state_backend(args.state.clone())
         .checkpoints(checkpoints);
     let lines = match args.max_rate {
         Some(r) => env.read_text_file_at_rate(&args.input, r),

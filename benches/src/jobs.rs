@@ -9,6 +9,16 @@ use weir::prelude::*;
 pub struct Run {
     pub elapsed_s: f64,
     pub results: u64,
+    pub checkpoints: u64,
+}
+
+/// How a benchmark job runs.
+pub struct Setup {
+    pub parallelism: usize,
+    pub batch_size: usize,
+    pub state: weir::BackendKind,
+    /// Checkpoint directory and interval in milliseconds.
+    pub checkpoint: Option<(std::path::PathBuf, u64)>,
 }
 
 /// Running sum per key; emits (key, sum) on every 1000th record this subtask processes.
@@ -25,49 +35,79 @@ impl KeyedProcessFunction<u64, (u64, i64), (u64, i64)> for RunningSum {
     }
 
     #[inline]
-    fn process(&mut self, (key, value): (u64, i64), ctx: &mut KeyedContext<'_, u64, (u64, i64)>) -> weir::Result<()> {
+    fn process(
+        &mut self,
+        (key, value): (u64, i64),
+        ctx: &mut KeyedContext<'_, u64, (u64, i64)>,
+    ) -> weir::Result<()> {
         let sum = self.sum.as_mut().expect("opened");
         let next = sum.get()?.unwrap_or(0) + value;
         sum.set(next)?;
         self.seen += 1;
-        if self.seen % 1000 == 0 {
+        if self.seen.is_multiple_of(1000) {
             ctx.emit((key, next));
         }
         Ok(())
     }
 }
 
-fn env(parallelism: usize, batch_size: usize) -> Env {
-    Env::new().parallelism(parallelism).exchange(batch_size, 16)
+fn env(setup: &Setup) -> Env {
+    let mut env = Env::new()
+        .parallelism(setup.parallelism)
+        .exchange(setup.batch_size, 16)
+        .state_backend(setup.state.clone());
+    if let Some((dir, ms)) = &setup.checkpoint {
+        env = env.checkpoints(CheckpointConfig::new(dir).interval(Duration::from_millis(*ms)));
+    }
+    env
 }
 
 /// generator → key_by → running sum → counting sink.
-pub fn keyed_sum(events: u64, keys: u64, parallelism: usize, batch_size: usize) -> weir::Result<Run> {
-    let env = env(parallelism, batch_size);
+pub fn keyed_sum(events: u64, keys: u64, setup: &Setup) -> weir::Result<Run> {
+    let env = env(setup);
     let emitted = Arc::new(AtomicU64::new(0));
     let counter = emitted.clone();
     env.generator(events, keys)
         .key_by(|(k, _)| *k)
         .process(RunningSum::default)
         .name("running-sum")
-        .sink("count", move || Counting { n: 0, total: counter.clone(), weight: |_: &(u64, i64)| 1 });
+        .sink("count", move || Counting {
+            n: 0,
+            total: counter.clone(),
+            weight: |_: &(u64, i64)| 1,
+        });
     let r = env.execute("keyed-sum")?;
-    Ok(Run { elapsed_s: r.elapsed.as_secs_f64(), results: emitted.load(Ordering::SeqCst) })
+    Ok(Run {
+        elapsed_s: r.elapsed.as_secs_f64(),
+        results: emitted.load(Ordering::SeqCst),
+        checkpoints: r.checkpoints_completed,
+    })
 }
 
 /// generator with watermarks → key_by → tumbling windows of 1000 → count → summing sink.
-pub fn window_count(events: u64, keys: u64, parallelism: usize, batch_size: usize) -> weir::Result<Run> {
-    let env = env(parallelism, batch_size);
+pub fn window_count(events: u64, keys: u64, setup: &Setup) -> weir::Result<Run> {
+    let env = env(setup);
     let total = Arc::new(AtomicU64::new(0));
     let counter = total.clone();
     env.generator(events, keys)
-        .with_watermarks(WatermarkStrategy::bounded_out_of_orderness(100).with_emit_interval(Duration::from_millis(20)))
+        .with_watermarks(
+            WatermarkStrategy::bounded_out_of_orderness(100)
+                .with_emit_interval(Duration::from_millis(20)),
+        )
         .key_by(|(k, _)| *k)
         .window(WindowAssigner::tumbling(1000))
         .aggregate(Count)
-        .sink("sum-counts", move || Counting { n: 0, total: counter.clone(), weight: |c: &u64| *c });
+        .sink("sum-counts", move || Counting {
+            n: 0,
+            total: counter.clone(),
+            weight: |c: &u64| *c,
+        });
     let r = env.execute("window-count")?;
-    Ok(Run { elapsed_s: r.elapsed.as_secs_f64(), results: total.load(Ordering::SeqCst) })
+    Ok(Run {
+        elapsed_s: r.elapsed.as_secs_f64(),
+        results: total.load(Ordering::SeqCst),
+        checkpoints: r.checkpoints_completed,
+    })
 }
 
 /// Sums a weight per record locally and adds it to a shared total at end of input.

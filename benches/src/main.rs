@@ -14,7 +14,10 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(name = "weir-bench", about = "Runs weir benchmark jobs and prints one JSON line per run")]
+#[command(
+    name = "weir-bench",
+    about = "Runs weir benchmark jobs and prints one JSON line per run"
+)]
 struct Cli {
     #[command(subcommand)]
     job: Job,
@@ -33,7 +36,7 @@ enum Job {
 enum State {
     /// Typed heap tables.
     Memory,
-    /// RocksDB (arrives with checkpointing).
+    /// RocksDB with a write-back cache flushed at each checkpoint.
     Rocksdb,
 }
 
@@ -68,16 +71,42 @@ fn main() -> ExitCode {
         Job::KeyedSum(a) => ("keyed-sum", a),
         Job::WindowCount(a) => ("window-count", a),
     };
-    if args.state == State::Rocksdb || args.checkpoint_interval_ms > 0 || args.checkpoint_dir.is_some() {
+    if args.checkpoint_interval_ms > 0 && args.checkpoint_dir.is_none() {
         eprintln!(
-            "weir-bench: --state rocksdb and checkpoints are not available yet (they arrive with the \
-             checkpoint work); run with --state memory --checkpoint-interval-ms 0"
+            "weir-bench: --checkpoint-interval-ms needs --checkpoint-dir DIR (an empty or new directory)"
+        );
+        return ExitCode::from(2);
+    }
+    let setup = jobs::Setup {
+        parallelism: args.parallelism,
+        batch_size: args.batch_size,
+        state: match args.state {
+            State::Memory => weir::BackendKind::Memory,
+            State::Rocksdb => weir::BackendKind::RocksDb(Default::default()),
+        },
+        checkpoint: (args.checkpoint_interval_ms > 0)
+            .then(|| {
+                args.checkpoint_dir
+                    .clone()
+                    .map(|d| (d, args.checkpoint_interval_ms))
+            })
+            .flatten(),
+    };
+    if let Some((dir, _)) = &setup.checkpoint
+        && dir.exists()
+        && std::fs::read_dir(dir)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(false)
+    {
+        eprintln!(
+            "weir-bench: {} is not empty; a benchmark starts from scratch, give it a new directory",
+            dir.display()
         );
         return ExitCode::from(2);
     }
     let run = match cli.job {
-        Job::KeyedSum(ref a) => jobs::keyed_sum(a.events, a.keys, a.parallelism, a.batch_size),
-        Job::WindowCount(ref a) => jobs::window_count(a.events, a.keys, a.parallelism, a.batch_size),
+        Job::KeyedSum(ref a) => jobs::keyed_sum(a.events, a.keys, &setup),
+        Job::WindowCount(ref a) => jobs::window_count(a.events, a.keys, &setup),
     };
     match run {
         Ok(r) => {
@@ -86,11 +115,11 @@ fn main() -> ExitCode {
                 "events": args.events,
                 "keys": args.keys,
                 "parallelism": args.parallelism,
-                "state": "memory",
+                "state": setup.state.name(),
                 "checkpoint_interval_ms": args.checkpoint_interval_ms,
                 "elapsed_s": (r.elapsed_s * 1000.0).round() / 1000.0,
                 "events_per_sec": (args.events as f64 / r.elapsed_s).round() as u64,
-                "checkpoints_completed": 0,
+                "checkpoints_completed": r.checkpoints,
                 "results": r.results,
             });
             println!("{line}");

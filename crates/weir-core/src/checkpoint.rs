@@ -24,6 +24,22 @@ pub struct OperatorSnapshot {
     pub operator: Option<Vec<u8>>,
     /// A human-readable summary of the operator state (shown by `weir checkpoints inspect`).
     pub description: Option<String>,
+    /// Files of a persistent state backend (e.g. RocksDB's SST files) to copy into the
+    /// checkpoint after the synchronous part; immutable `shared` files are stored once and
+    /// referenced by later checkpoints (incremental checkpoints).
+    #[serde(default)]
+    pub files: Vec<LocalFile>,
+}
+
+/// A local file that belongs to a snapshot.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LocalFile {
+    /// Where it is now.
+    pub path: std::path::PathBuf,
+    /// Its name in checkpoint storage (unique per content when shared).
+    pub name: String,
+    /// Immutable and shareable across checkpoints.
+    pub shared: bool,
 }
 
 impl OperatorSnapshot {
@@ -48,6 +64,9 @@ pub struct RestoreState {
     /// Operator state of every old subtask (sources redistribute their splits from it;
     /// each new subtask sees all of them and picks its share).
     pub operator: Vec<Vec<u8>>,
+    /// Local copies of the persistent-backend files of every old subtask (one directory
+    /// per old subtask), to load the key groups this subtask owns from.
+    pub backend_dirs: Vec<std::path::PathBuf>,
 }
 
 /// Checkpoint hooks of an operator. Called on the subtask's thread, between records.
@@ -101,6 +120,7 @@ impl Participants {
             let s = p.hooks.borrow_mut().snapshot(id)?;
             let e = out.entry(p.operator_id.clone()).or_default();
             e.keyed.extend(s.keyed);
+            e.files.extend(s.files);
             if s.operator.is_some() {
                 e.operator = s.operator;
                 e.description = s.description;

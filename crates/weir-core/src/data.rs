@@ -25,8 +25,10 @@ pub type KeyFn<T, K> = std::sync::Arc<dyn Fn(&T) -> K + Send + Sync>;
 /// The default number of key groups (the largest parallelism a keyed operator can take).
 pub const DEFAULT_MAX_PARALLELISM: usize = 128;
 
-/// A deterministic 64-bit hasher (FxHash core with a murmur3 finaliser), independent of
-/// process, run and platform for the same key bytes.
+/// A deterministic 64-bit hasher (FxHash core with a murmur3 finaliser): the same key
+/// hashes the same in every process and run of the same build on 64-bit targets. It is not
+/// portable across pointer widths (FxHash uses `usize`) or `rustc-hash` algorithm changes;
+/// see docs/decisions/0004-key-hashing.md.
 #[derive(Default)]
 pub struct StableHasher(rustc_hash::FxHasher);
 

@@ -98,7 +98,7 @@ pub struct BuildContext<'a> {
     /// Number of key groups.
     pub max_parallelism: usize,
     /// Creates a keyed state backend for this subtask, loaded with its restored state.
-    pub state_backend: &'a dyn Fn() -> Box<dyn KeyedStateBackend>,
+    pub state_backend: &'a dyn Fn() -> Result<Box<dyn KeyedStateBackend>>,
     /// The operator's stable id (its uid, or derived from its position in the graph).
     pub operator_id: &'a str,
     /// Where operators register their checkpoint hooks.

@@ -241,7 +241,12 @@ impl WatermarkTracker {
     fn recompute(&mut self) -> Option<Timestamp> {
         // Active channels decide; ended ones no longer constrain. With no active channel
         // the watermark stays put unless every channel has ended.
-        let active = self.channels.iter().filter(|c| !c.idle && !c.ended).map(|c| c.watermark).min();
+        let active = self
+            .channels
+            .iter()
+            .filter(|c| !c.idle && !c.ended)
+            .map(|c| c.watermark)
+            .min();
         let min = match active {
             Some(m) => Some(m),
             None if self.channels.iter().all(|c| c.ended) => Some(MAX_WATERMARK),

@@ -6,7 +6,8 @@ use crate::plan::Plan;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use weir_checkpoint::{
-    CheckpointKind, CheckpointStorage, Manifest, OperatorManifest, SubtaskManifest, TaskKey,
+    CheckpointKind, CheckpointStorage, FileEntry, Manifest, OperatorManifest, SubtaskManifest,
+    TaskKey,
 };
 use weir_core::checkpoint::{OperatorSnapshot, RestoreState};
 use weir_core::data::key_group_range;
@@ -33,6 +34,7 @@ pub(crate) fn write_checkpoint(
     kind: CheckpointKind,
     acks: Vec<(TaskKey, BTreeMap<String, OperatorSnapshot>)>,
     stats: &weir_checkpoint::CheckpointStats,
+    shared: &mut HashMap<String, FileEntry>,
 ) -> Result<PathBuf> {
     let writer = storage.begin(id, kind).map_err(storage_err)?;
     let by_id: HashMap<String, usize> = graph
@@ -49,7 +51,28 @@ pub(crate) fn write_checkpoint(
             })?;
             let bytes = codec::encode(&snap)?;
             let name = format!("op{node}-{subtask}.state");
-            let entry = writer.write_file(&name, &bytes).map_err(storage_err)?;
+            let mut entries = vec![writer.write_file(&name, &bytes).map_err(storage_err)?];
+            // The asynchronous part: persistent-backend files, each immutable one stored once.
+            for f in &snap.files {
+                let entry = match shared.get(&f.name) {
+                    Some(e) if f.shared && kind != CheckpointKind::Savepoint => e.clone(),
+                    _ => {
+                        let data =
+                            std::fs::read(&f.path).map_err(|e| Error::io(f.path.display(), e))?;
+                        let e = if f.shared {
+                            writer.write_shared(&f.name, &data)
+                        } else {
+                            writer.write_file(&f.name, &data)
+                        }
+                        .map_err(storage_err)?;
+                        if e.shared {
+                            shared.insert(f.name.clone(), e.clone());
+                        }
+                        e
+                    }
+                };
+                entries.push(entry);
+            }
             let spec = &graph.nodes[node];
             let op = operators.entry(node).or_insert_with(|| OperatorManifest {
                 uid: op_id.clone(),
@@ -59,7 +82,7 @@ pub(crate) fn write_checkpoint(
             });
             op.subtasks.push(SubtaskManifest {
                 subtask,
-                files: vec![entry],
+                files: entries,
                 operator_state: snap.description.map(serde_json::Value::String),
             });
         }
@@ -109,6 +132,7 @@ pub(crate) fn restore_map(
     graph: &Graph,
     plan: &Plan,
     max_parallelism: usize,
+    local: &Path,
 ) -> Result<RestoreMap> {
     if manifest.max_parallelism != max_parallelism {
         return Err(Error::Config(format!(
@@ -141,13 +165,43 @@ pub(crate) fn restore_map(
             continue;
         };
         let mut old: Vec<OperatorSnapshot> = Vec::with_capacity(op.subtasks.len());
+        let mut dirs = Vec::new();
         for st in &op.subtasks {
-            for f in &st.files {
-                let bytes = storage.read_file(path, f).map_err(storage_err)?;
-                old.push(codec::decode(&bytes).map_err(|e| {
-                    Error::Config(format!("{}: cannot decode {}: {e}", path.display(), f.name))
-                })?);
+            let Some(state_file) = st.files.iter().find(|f| f.name.ends_with(".state")) else {
+                continue;
+            };
+            let bytes = storage.read_file(path, state_file).map_err(storage_err)?;
+            let snap: OperatorSnapshot = codec::decode(&bytes).map_err(|e| {
+                Error::Config(format!(
+                    "{}: cannot decode {}: {e}",
+                    path.display(),
+                    state_file.name
+                ))
+            })?;
+            if !snap.files.is_empty() {
+                // Bring the backend's files back to a local directory it can open.
+                let dir = local.join(format!("op{}-{}", node.id.0, st.subtask));
+                std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
+                for f in &snap.files {
+                    let entry = st.files.iter().find(|e| e.name == f.name).ok_or_else(|| {
+                        Error::Config(format!(
+                            "checkpoint {} is missing file {} of operator '{}'",
+                            path.display(),
+                            f.name,
+                            op.uid
+                        ))
+                    })?;
+                    let data = storage.read_file(path, entry).map_err(storage_err)?;
+                    let local_name = f
+                        .path
+                        .file_name()
+                        .ok_or_else(|| Error::Config(format!("bad file name {}", f.name)))?;
+                    let target = dir.join(local_name);
+                    std::fs::write(&target, data).map_err(|e| Error::io(target.display(), e))?;
+                }
+                dirs.push(dir);
             }
+            old.push(snap);
         }
         let p = plan.parallelism[node.id.0];
         let mut per_subtask = Vec::with_capacity(p);
@@ -155,6 +209,7 @@ pub(crate) fn restore_map(
             let range = key_group_range(s, max_parallelism, p);
             let mut r = RestoreState {
                 checkpoint: Some(manifest.checkpoint_id),
+                backend_dirs: dirs.clone(),
                 ..Default::default()
             };
             for snap in &old {

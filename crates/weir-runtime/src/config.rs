@@ -39,7 +39,7 @@ pub struct JobConfig {
 ///
 /// ```
 /// use weir_runtime::CheckpointConfig;
-/// use std::path::PathBuf;
+/// use std::time::Duration;
 /// let c = CheckpointConfig::new("/tmp/ck").interval(Duration::from_secs(1));
 /// c.validate().unwrap();
 /// assert!(c.exactly_once);

@@ -56,6 +56,10 @@ pub struct JobResult {
     pub savepoints: Vec<PathBuf>,
     /// True when the job stopped with a savepoint instead of running to the end.
     pub stopped_with_savepoint: bool,
+    /// Checkpoints (including savepoints) completed over all attempts.
+    pub checkpoints_completed: u64,
+    /// Restarts after failures.
+    pub restarts: u32,
 }
 
 impl JobResult {
@@ -150,6 +154,8 @@ struct Attempt {
     savepoints: Vec<PathBuf>,
     /// The attempt ended because a stop-with-savepoint completed.
     stopped: bool,
+    /// Checkpoints completed during the attempt.
+    completed_count: u64,
 }
 
 fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
@@ -160,6 +166,8 @@ fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
     };
     let mut attempt = 0u32;
     let mut savepoints = Vec::new();
+    let mut restore_dir: Option<PathBuf> = None;
+    let mut checkpoints_completed = 0u64;
     let mut explicit = job
         .cfg
         .checkpoint
@@ -178,6 +186,15 @@ fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
                     path.display()
                 );
                 tracing::info!(checkpoint = %manifest.checkpoint_id, path = %path.display(), "restoring");
+                let local = restore_dir.get_or_insert_with(|| {
+                    let nanos = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_nanos())
+                        .unwrap_or(0);
+                    std::env::temp_dir()
+                        .join(format!("weir-restore-{}-{nanos:x}", std::process::id()))
+                });
+                let _ = std::fs::remove_dir_all(&*local);
                 restore = checkpoints::restore_map(
                     storage,
                     &manifest,
@@ -185,14 +202,20 @@ fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
                     &job.graph,
                     &job.plan,
                     job.cfg.max_parallelism,
+                    local,
                 )?;
             }
             first_id = storage
                 .next_id()
                 .map_err(|e| Error::Config(e.to_string()))?;
         }
-        let outcome = run_attempt(name, &job, storage.as_ref(), restore, first_id, started)?;
+        let outcome = run_attempt(name, &job, storage.as_ref(), restore, first_id, started);
+        if let Some(dir) = restore_dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        let outcome = outcome?;
         savepoints.extend(outcome.savepoints.iter().cloned());
+        checkpoints_completed += outcome.completed_count;
         if outcome.stopped {
             return Ok(JobResult {
                 name: name.to_string(),
@@ -200,6 +223,8 @@ fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
                 tasks: outcome.result.unwrap_or_default(),
                 savepoints,
                 stopped_with_savepoint: true,
+                checkpoints_completed,
+                restarts: attempt,
             });
         }
         match outcome.result {
@@ -210,6 +235,8 @@ fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
                     tasks,
                     savepoints,
                     stopped_with_savepoint: false,
+                    checkpoints_completed,
+                    restarts: attempt,
                 });
             }
             // After JobHandle::cancel, tasks stop with Cancelled or, depending on which one
@@ -350,10 +377,12 @@ fn run_attempt(
     let mut remaining = running.len();
     let mut sources_left: usize = running.iter().filter(|t| t.is_source).count();
     let mut completed: Option<CheckpointId> = None;
+    let mut completed_count = 0u64;
     let mut savepoints = Vec::new();
     let mut stop_after: Option<CheckpointId> = None;
     let mut stopped = false;
     let mut finished_sources = std::collections::HashSet::new();
+    let mut shared_files = HashMap::new();
     while remaining > 0 {
         let now = Instant::now();
         let mut wake = now + Duration::from_millis(50);
@@ -480,6 +509,7 @@ fn run_attempt(
                         kind,
                         acks,
                         &stats,
+                        &mut shared_files,
                     ) {
                         Ok(path) => {
                             tracing::info!(checkpoint = %id, bytes = stats.bytes, duration_ms = stats.duration.as_millis() as u64, path = %path.display(), "checkpoint complete");
@@ -501,6 +531,7 @@ fn run_attempt(
                 }
                 Action::Notify { id, kind } => {
                     completed = Some(id);
+                    completed_count += 1;
                     for t in &running {
                         let _ = t.commands.send(TaskCommand::Complete(id));
                     }
@@ -550,6 +581,7 @@ fn run_attempt(
             completed,
             savepoints,
             stopped,
+            completed_count,
         });
     }
     if let Some(e) = first_error.or(secondary) {
@@ -558,6 +590,7 @@ fn run_attempt(
             completed,
             savepoints,
             stopped: false,
+            completed_count,
         });
     }
     if progress.is_some() {
@@ -578,6 +611,7 @@ fn run_attempt(
         completed,
         savepoints,
         stopped: false,
+        completed_count,
     })
 }
 

@@ -25,6 +25,7 @@ use weir_core::output::Control;
 use weir_core::time::MAX_WATERMARK;
 use weir_core::watermark::WatermarkTracker;
 use weir_core::{Error, Result};
+use weir_state::BackendParams;
 
 /// Key of a writer: (producer node, port, consumer node, consumer gate).
 pub(crate) type WriterKey = (usize, usize, usize, usize);
@@ -131,10 +132,23 @@ impl Builder<'_> {
             outputs.push(port_type.fan_out(list));
         }
         let restore = self.restore.get(&node);
-        let backend = job.cfg.state_backend;
+        let backend = &job.cfg.state_backend;
         let max = job.cfg.max_parallelism;
         let keyed = restore.map(|r| r.keyed.clone()).unwrap_or_default();
-        let make_backend = move || backend.create(max, keyed.clone());
+        let dirs = restore.map(|r| r.backend_dirs.clone()).unwrap_or_default();
+        let label = format!("op{node}-{}", self.subtask);
+        let parallelism = job.plan.parallelism[node];
+        let subtask = self.subtask;
+        let make_backend = || {
+            backend.create(BackendParams {
+                label: &label,
+                max_parallelism: max,
+                subtask,
+                parallelism,
+                restore: keyed.clone(),
+                restore_dirs: &dirs,
+            })
+        };
         let operator_id = spec.operator_id();
         let ctx = BuildContext {
             name: &spec.name,

@@ -10,14 +10,38 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use weir_core::Result;
 use weir_core::checkpoint::KeyGroupBlobs;
-use weir_core::state::{KeyedStateBackend, StateTableInfo, duplicate_state_name};
+use weir_core::state::{BackendSnapshot, KeyedStateBackend, StateTableInfo, duplicate_state_name};
+
+#[cfg(feature = "rocksdb")]
+mod rocks;
+#[cfg(feature = "rocksdb")]
+pub use rocks::{RocksDbBackend, RocksDbConfig, RocksStore};
 
 /// Which keyed state backend a job uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Default)]
 pub enum BackendKind {
     /// Typed tables on the heap ([`MemoryBackend`]).
     #[default]
     Memory,
+    /// RocksDB with a typed write-back cache ([`RocksDbBackend`]).
+    #[cfg(feature = "rocksdb")]
+    RocksDb(RocksDbConfig),
+}
+
+/// What a backend instance is created with.
+pub struct BackendParams<'a> {
+    /// Names the instance (operator and subtask), for its working directory.
+    pub label: &'a str,
+    /// Number of key groups.
+    pub max_parallelism: usize,
+    /// The subtask the backend serves.
+    pub subtask: usize,
+    /// The operator's parallelism.
+    pub parallelism: usize,
+    /// Restored heap tables: name → entries per key group.
+    pub restore: BTreeMap<String, KeyGroupBlobs>,
+    /// Restored persistent-store directories of the old subtasks.
+    pub restore_dirs: &'a [std::path::PathBuf],
 }
 
 impl BackendKind {
@@ -25,27 +49,48 @@ impl BackendKind {
     ///
     /// ```
     /// use weir_state::BackendKind;
-    /// assert_eq!(BackendKind::parse("memory").unwrap(), BackendKind::Memory);
+    /// assert!(matches!(BackendKind::parse("memory").unwrap(), BackendKind::Memory));
     /// assert!(BackendKind::parse("redis").unwrap_err().to_string().contains("memory"));
     /// ```
     pub fn parse(name: &str) -> Result<Self> {
         match name {
             "memory" | "heap" => Ok(BackendKind::Memory),
+            #[cfg(feature = "rocksdb")]
+            "rocksdb" => Ok(BackendKind::RocksDb(RocksDbConfig::default())),
             other => Err(weir_core::Error::Config(format!(
-                "unknown state backend '{other}'; available: memory (rocksdb arrives with checkpoints)"
+                "unknown state backend '{other}'; available: memory, rocksdb{}",
+                if cfg!(feature = "rocksdb") {
+                    ""
+                } else {
+                    " (build weir-state with the `rocksdb` feature)"
+                }
             ))),
         }
     }
 
-    /// Creates a backend instance for one operator subtask; `restore` holds the keyed
-    /// state (table name → entries per key group) it starts from.
-    pub fn create(
-        self,
-        max_parallelism: usize,
-        restore: BTreeMap<String, KeyGroupBlobs>,
-    ) -> Box<dyn KeyedStateBackend> {
+    /// The backend's name as users write it.
+    pub fn name(&self) -> &'static str {
         match self {
-            BackendKind::Memory => Box::new(MemoryBackend::new(max_parallelism, restore)),
+            BackendKind::Memory => "memory",
+            #[cfg(feature = "rocksdb")]
+            BackendKind::RocksDb(_) => "rocksdb",
+        }
+    }
+
+    /// Creates a backend instance for one operator subtask, loaded with its restored state.
+    pub fn create(&self, p: BackendParams<'_>) -> Result<Box<dyn KeyedStateBackend>> {
+        match self {
+            BackendKind::Memory => Ok(Box::new(MemoryBackend::new(p.max_parallelism, p.restore))),
+            #[cfg(feature = "rocksdb")]
+            BackendKind::RocksDb(cfg) => Ok(Box::new(RocksDbBackend::open(
+                cfg,
+                p.label,
+                p.max_parallelism,
+                p.subtask,
+                p.parallelism,
+                p.restore,
+                p.restore_dirs,
+            )?)),
         }
     }
 }
@@ -103,11 +148,16 @@ impl KeyedStateBackend for MemoryBackend {
         Ok(())
     }
 
-    fn snapshot(&self) -> Result<BTreeMap<String, KeyGroupBlobs>> {
-        self.tables
+    fn snapshot(&self, _id: weir_core::ids::CheckpointId) -> Result<BackendSnapshot> {
+        let keyed = self
+            .tables
             .iter()
             .map(|(n, t)| Ok((n.clone(), t.snapshot(self.max_parallelism)?)))
-            .collect()
+            .collect::<Result<_>>()?;
+        Ok(BackendSnapshot {
+            keyed,
+            files: Vec::new(),
+        })
     }
 
     fn entries(&self) -> usize {

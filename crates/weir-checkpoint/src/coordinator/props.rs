@@ -58,7 +58,7 @@ impl Model {
     /// One of the few newest triggered ids, or (rarely) one that never existed.
     fn pick(&self, sel: u8) -> u64 {
         if self.triggered.is_empty() || sel >= 230 {
-            return if sel % 2 == 0 {
+            return if sel.is_multiple_of(2) {
                 FIRST - 1
             } else {
                 FIRST + 1000

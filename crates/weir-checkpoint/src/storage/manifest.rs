@@ -149,14 +149,14 @@ impl Manifest {
             source,
         };
         let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(parse)?;
-        if let Some(found) = value.get("format_version").and_then(|v| v.as_u64()) {
-            if found > u64::from(FORMAT_VERSION) {
-                return Err(Error::UnsupportedFormat {
-                    path: path.to_path_buf(),
-                    found: u32::try_from(found).unwrap_or(u32::MAX),
-                    supported: FORMAT_VERSION,
-                });
-            }
+        if let Some(found) = value.get("format_version").and_then(|v| v.as_u64())
+            && found > u64::from(FORMAT_VERSION)
+        {
+            return Err(Error::UnsupportedFormat {
+                path: path.to_path_buf(),
+                found: u32::try_from(found).unwrap_or(u32::MAX),
+                supported: FORMAT_VERSION,
+            });
         }
         serde_json::from_value(value).map_err(parse)
     }

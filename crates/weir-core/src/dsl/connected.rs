@@ -83,7 +83,7 @@ impl<A: Data, B: Data> ConnectedStreams<A, B> {
                     Arc::new(|_: &A| ()),
                     Arc::new(|_: &B| ()),
                     make(),
-                    state_context::<()>(ctx),
+                    state_context::<()>(ctx)?,
                     out,
                     OpInfo::from_ctx(ctx),
                 )
@@ -117,7 +117,7 @@ impl<K: Key, A: Data, B: Data> KeyedConnectedStreams<K, A, B> {
                     ka.clone(),
                     kb.clone(),
                     make(),
-                    state_context::<K>(ctx),
+                    state_context::<K>(ctx)?,
                     out,
                     OpInfo::from_ctx(ctx),
                 )
@@ -184,7 +184,7 @@ impl<K: Key, A: Data, B: Data> WindowedJoin<K, A, B> {
             "window-join",
             true,
             move |ctx, out| {
-                let mut state = state_context::<K>(ctx);
+                let mut state = state_context::<K>(ctx)?;
                 let op = WindowOperator::new(
                     either_key(ka.clone(), kb.clone()),
                     assigner,

@@ -39,10 +39,12 @@ impl<K, T> Clone for KeyedStream<K, T> {
 }
 
 /// Creates the state context of a keyed operator subtask.
-pub(crate) fn state_context<K: Key>(ctx: &crate::graph::BuildContext<'_>) -> StateContext<K> {
-    let state = StateContext::new(KeyContext::new(), (ctx.state_backend)());
+pub(crate) fn state_context<K: Key>(
+    ctx: &crate::graph::BuildContext<'_>,
+) -> crate::Result<StateContext<K>> {
+    let state = StateContext::new(KeyContext::new(), (ctx.state_backend)()?);
     ctx.participants.register(ctx.operator_id, state.hooks());
-    state
+    Ok(state)
 }
 
 impl<K: Key, T: Data> KeyedStream<K, T> {
@@ -69,7 +71,7 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
                 let op = KeyedProcess::new(
                     key_fn.clone(),
                     make(),
-                    state_context(ctx),
+                    state_context(ctx)?,
                     out,
                     OpInfo::from_ctx(ctx),
                 )?;

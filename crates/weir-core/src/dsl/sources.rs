@@ -142,9 +142,9 @@ impl<T: 'static, S: SourceFunction<T>> Checkpointed for SourceHooks<T, S> {
         let state = guard(&self.info, || src.borrow_mut().snapshot())?;
         Ok(match state {
             Some((bytes, description)) => OperatorSnapshot {
-                keyed: Default::default(),
                 operator: Some(bytes),
                 description: Some(description),
+                ..OperatorSnapshot::default()
             },
             None => OperatorSnapshot::default(),
         })

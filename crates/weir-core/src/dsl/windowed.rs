@@ -81,7 +81,7 @@ impl<K: Key, T: Data> WindowedStream<K, T> {
             move |ctx, out, outputs| {
                 let late: Option<Box<dyn Output<T>>> =
                     has_late.then(|| take_output::<T>(outputs, 1));
-                let mut state = state_context::<K>(ctx);
+                let mut state = state_context::<K>(ctx)?;
                 let op = WindowOperator::new(
                     key_fn.clone(),
                     assigner,

@@ -139,9 +139,9 @@ impl<T, S: SinkFunction<T>> Checkpointed for SinkHooks<T, S> {
         let s = &self.sink;
         Ok(match guard(&self.info, || s.borrow_mut().snapshot(id))? {
             Some((bytes, desc)) => OperatorSnapshot {
-                keyed: Default::default(),
                 operator: Some(bytes),
                 description: Some(desc),
+                ..OperatorSnapshot::default()
             },
             None => OperatorSnapshot::default(),
         })

@@ -9,7 +9,10 @@
 //!
 //! This module must not do I/O; persistent backends live in `weir-state`.
 
+mod cached;
 mod heap;
+
+pub use cached::{CachedTable, store_key};
 
 pub use heap::{
     HeapListTable, HeapMapTable, HeapValueTable, decode_key_groups, encode_by_key_group,
@@ -26,11 +29,13 @@ use std::rc::Rc;
 struct BackendHooks(SharedBackend);
 
 impl Checkpointed for BackendHooks {
-    fn snapshot(&mut self, _id: CheckpointId) -> Result<OperatorSnapshot> {
+    fn snapshot(&mut self, id: CheckpointId) -> Result<OperatorSnapshot> {
+        let s = self.0.borrow().snapshot(id)?;
         Ok(OperatorSnapshot {
-            keyed: self.0.borrow().snapshot()?,
+            keyed: s.keyed,
             operator: None,
             description: None,
+            files: s.files,
         })
     }
 }
@@ -74,6 +79,15 @@ pub trait StateTableInfo {
     fn snapshot(&self, max_parallelism: usize) -> Result<KeyGroupBlobs>;
     /// Loads entries produced by [`StateTableInfo::snapshot`] (of any subtask).
     fn restore(&self, blobs: &KeyGroupBlobs) -> Result<()>;
+    /// True when the table lives in the backend's persistent store (its snapshot is the
+    /// store's files, not [`StateTableInfo::snapshot`]).
+    fn is_persistent(&self) -> bool {
+        false
+    }
+    /// Writes cached changes to the persistent store (persistent tables only).
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A keyed state backend: the store that holds an operator's keyed state tables.
@@ -87,8 +101,35 @@ pub trait KeyedStateBackend {
     fn register(&mut self, name: &str, table: Rc<dyn StateTableInfo>) -> Result<()>;
     /// Total entries over all tables (a state-size metric).
     fn entries(&self) -> usize;
-    /// Snapshots every table: name → entries per key group.
-    fn snapshot(&self) -> Result<BTreeMap<String, KeyGroupBlobs>>;
+    /// Snapshots every table: heap tables as entries per key group, persistent tables
+    /// as the store's files.
+    fn snapshot(&self, id: CheckpointId) -> Result<BackendSnapshot>;
+    /// The persistent store behind this backend, if any: value, list and map states are
+    /// then kept there behind a write-back cache.
+    fn store(&self) -> Option<Rc<dyn KvStore>> {
+        None
+    }
+}
+
+/// What a backend snapshot produced.
+#[derive(Debug, Default)]
+pub struct BackendSnapshot {
+    /// Heap tables: name → entries per key group.
+    pub keyed: BTreeMap<String, KeyGroupBlobs>,
+    /// Files of the persistent store.
+    pub files: Vec<crate::checkpoint::LocalFile>,
+}
+
+/// A persistent, ordered byte store (RocksDB) under the state backend.
+pub trait KvStore {
+    /// The value under `key`.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Applies puts (`Some`) and deletes (`None`) atomically.
+    fn write(&self, batch: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<()>;
+    /// Number of key groups (keys are prefixed by their key group).
+    fn max_parallelism(&self) -> usize;
+    /// Entries each table keeps in its write-back cache.
+    fn cache_capacity(&self) -> usize;
 }
 
 type SharedBackend = Rc<RefCell<Box<dyn KeyedStateBackend>>>;
@@ -141,8 +182,33 @@ impl<K: Key> StateContext<K> {
         Ok(t)
     }
 
+    fn store(&self) -> Option<Rc<dyn KvStore>> {
+        self.backend.borrow().store()
+    }
+
+    fn cached_table<V: Data>(
+        &mut self,
+        name: &str,
+        store: Rc<dyn KvStore>,
+    ) -> Result<Rc<RefCell<CachedTable<K, V>>>> {
+        let t = Rc::new(RefCell::new(CachedTable::new(name, store)));
+        self.backend
+            .borrow_mut()
+            .register(name, Rc::new(cached::Info(t.clone())))?;
+        Ok(t)
+    }
+
     /// Creates a value state: one value per key.
     pub fn value_state<V: Data>(&mut self, name: &str) -> Result<ValueState<V>> {
+        if let Some(store) = self.store() {
+            let table = self.cached_table::<V>(name, store)?;
+            return Ok(ValueState {
+                inner: Box::new(cached::CachedValue {
+                    key: self.key.clone(),
+                    table,
+                }),
+            });
+        }
         let table = self.heap_value_table::<K, V>(name)?;
         Ok(ValueState {
             inner: Box::new(heap::HeapValue {
@@ -154,6 +220,15 @@ impl<K: Key> StateContext<K> {
 
     /// Creates a list state: a list of values per key.
     pub fn list_state<V: Data>(&mut self, name: &str) -> Result<ListState<V>> {
+        if let Some(store) = self.store() {
+            let table = self.cached_table::<Vec<V>>(name, store)?;
+            return Ok(ListState {
+                inner: Box::new(cached::CachedList {
+                    key: self.key.clone(),
+                    table,
+                }),
+            });
+        }
         let t = Rc::new(RefCell::new(HeapListTable::default()));
         self.backend
             .borrow_mut()
@@ -168,6 +243,15 @@ impl<K: Key> StateContext<K> {
 
     /// Creates a map state: a sorted map per key.
     pub fn map_state<UK: Key, UV: Data>(&mut self, name: &str) -> Result<MapState<UK, UV>> {
+        if let Some(store) = self.store() {
+            let table = self.cached_table::<BTreeMap<UK, UV>>(name, store)?;
+            return Ok(MapState {
+                inner: Box::new(cached::CachedMap {
+                    key: self.key.clone(),
+                    table,
+                }),
+            });
+        }
         let t = Rc::new(RefCell::new(HeapMapTable::default()));
         self.backend
             .borrow_mut()
@@ -226,7 +310,7 @@ pub trait MapAccess<UK, UV> {
 /// #   fn name(&self) -> &'static str { "test" }
 /// #   fn register(&mut self, _: &str, _: std::rc::Rc<dyn weir_core::state::StateTableInfo>) -> weir_core::Result<()> { Ok(()) }
 /// #   fn entries(&self) -> usize { 0 }
-/// #   fn snapshot(&self) -> weir_core::Result<std::collections::BTreeMap<String, weir_core::checkpoint::KeyGroupBlobs>> { Ok(Default::default()) }
+/// #   fn snapshot(&self, _: weir_core::ids::CheckpointId) -> weir_core::Result<weir_core::state::BackendSnapshot> { Ok(Default::default()) }
 /// # }
 /// let key = KeyContext::<String>::new();
 /// let mut ctx = StateContext::new(key.clone(), Box::new(NoBackend));

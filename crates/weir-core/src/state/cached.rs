@@ -1,0 +1,229 @@
+//! Write-back cached tables over a persistent [`KvStore`] (the RocksDB backend).
+//!
+//! Reads go to a typed cache first and fall back to the store; writes stay in the cache
+//! and are written to the store in one batch when the operator snapshots (at the
+//! checkpoint barrier) or when the cache outgrows its capacity. Keys in the store are
+//! `[key group: u16 big-endian][table name][0][encoded key]`, so a key group's entries
+//! are contiguous and can be split off on rescale.
+
+use super::{KeyContext, KvStore, ListAccess, MapAccess, StateTableInfo, ValueAccess};
+use crate::checkpoint::KeyGroupBlobs;
+use crate::codec;
+use crate::data::{Data, Key, key_group};
+use crate::error::Result;
+use rustc_hash::FxHashMap;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+struct Slot<V> {
+    value: Option<V>,
+    dirty: bool,
+}
+
+/// One state table: a typed write-back cache over the store.
+pub struct CachedTable<K, V> {
+    name: String,
+    map: FxHashMap<K, Slot<V>>,
+    store: Rc<dyn KvStore>,
+    max_parallelism: usize,
+    capacity: usize,
+}
+
+/// The store key of `key` in table `name`.
+pub fn store_key<K: Key>(name: &str, key: &K, max_parallelism: usize) -> Result<Vec<u8>> {
+    let g = key_group(key, max_parallelism).0 as u16;
+    let mut out = Vec::with_capacity(name.len() + 16);
+    out.extend_from_slice(&g.to_be_bytes());
+    out.extend_from_slice(name.as_bytes());
+    out.push(0);
+    codec::encode_into(key, &mut out)?;
+    Ok(out)
+}
+
+impl<K: Key, V: Data> CachedTable<K, V> {
+    pub(super) fn new(name: &str, store: Rc<dyn KvStore>) -> Self {
+        CachedTable {
+            name: name.to_string(),
+            map: FxHashMap::default(),
+            max_parallelism: store.max_parallelism(),
+            capacity: store.cache_capacity().max(1),
+            store,
+        }
+    }
+
+    fn get(&mut self, k: &K) -> Result<Option<V>> {
+        if let Some(slot) = self.map.get(k) {
+            return Ok(slot.value.clone());
+        }
+        let value = match self
+            .store
+            .get(&store_key(&self.name, k, self.max_parallelism)?)?
+        {
+            Some(bytes) => Some(codec::decode::<V>(&bytes)?),
+            None => None,
+        };
+        self.make_room()?;
+        self.map.insert(
+            k.clone(),
+            Slot {
+                value: value.clone(),
+                dirty: false,
+            },
+        );
+        Ok(value)
+    }
+
+    fn put(&mut self, k: &K, value: Option<V>) -> Result<()> {
+        match self.map.get_mut(k) {
+            Some(slot) => {
+                slot.value = value;
+                slot.dirty = true;
+            }
+            None => {
+                self.make_room()?;
+                self.map.insert(k.clone(), Slot { value, dirty: true });
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the cache within its capacity: write everything back, then start empty.
+    fn make_room(&mut self) -> Result<()> {
+        if self.map.len() >= self.capacity {
+            self.flush()?;
+            self.map.clear();
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        let mut batch = Vec::new();
+        for (k, slot) in self.map.iter_mut().filter(|(_, s)| s.dirty) {
+            let value = match &slot.value {
+                Some(v) => Some(codec::encode(v)?),
+                None => None,
+            };
+            batch.push((store_key(&self.name, k, self.max_parallelism)?, value));
+            slot.dirty = false;
+        }
+        if !batch.is_empty() {
+            self.store.write(batch)?;
+        }
+        Ok(())
+    }
+}
+
+pub(super) struct Info<T>(pub(super) Rc<RefCell<T>>);
+
+impl<K: Key, V: Data> StateTableInfo for Info<CachedTable<K, V>> {
+    fn entries(&self) -> usize {
+        self.0.borrow().map.len()
+    }
+    fn snapshot(&self, _max_parallelism: usize) -> Result<KeyGroupBlobs> {
+        Ok(Vec::new())
+    }
+    fn restore(&self, _blobs: &KeyGroupBlobs) -> Result<()> {
+        Ok(())
+    }
+    fn is_persistent(&self) -> bool {
+        true
+    }
+    fn flush(&self) -> Result<()> {
+        self.0.borrow_mut().flush()
+    }
+}
+
+pub(super) struct CachedValue<K, V> {
+    pub(super) key: Rc<KeyContext<K>>,
+    pub(super) table: Rc<RefCell<CachedTable<K, V>>>,
+}
+
+impl<K: Key, V: Data> ValueAccess<V> for CachedValue<K, V> {
+    fn get(&self) -> Result<Option<V>> {
+        self.key.with(|k| self.table.borrow_mut().get(k))
+    }
+    fn set(&mut self, value: V) -> Result<()> {
+        self.key
+            .with(|k| self.table.borrow_mut().put(k, Some(value)))
+    }
+    fn clear(&mut self) -> Result<()> {
+        self.key.with(|k| self.table.borrow_mut().put(k, None))
+    }
+}
+
+pub(super) struct CachedList<K, V> {
+    pub(super) key: Rc<KeyContext<K>>,
+    pub(super) table: Rc<RefCell<CachedTable<K, Vec<V>>>>,
+}
+
+impl<K: Key, V: Data> ListAccess<V> for CachedList<K, V> {
+    fn get(&self) -> Result<Vec<V>> {
+        Ok(self
+            .key
+            .with(|k| self.table.borrow_mut().get(k))?
+            .unwrap_or_default())
+    }
+    fn add(&mut self, value: V) -> Result<()> {
+        self.key.with(|k| {
+            let mut t = self.table.borrow_mut();
+            let mut list = t.get(k)?.unwrap_or_default();
+            list.push(value);
+            t.put(k, Some(list))
+        })
+    }
+    fn update(&mut self, values: Vec<V>) -> Result<()> {
+        let v = if values.is_empty() {
+            None
+        } else {
+            Some(values)
+        };
+        self.key.with(|k| self.table.borrow_mut().put(k, v))
+    }
+    fn clear(&mut self) -> Result<()> {
+        self.key.with(|k| self.table.borrow_mut().put(k, None))
+    }
+}
+
+pub(super) struct CachedMap<K, UK, UV> {
+    pub(super) key: Rc<KeyContext<K>>,
+    pub(super) table: Rc<RefCell<CachedTable<K, BTreeMap<UK, UV>>>>,
+}
+
+impl<K: Key, UK: Key, UV: Data> MapAccess<UK, UV> for CachedMap<K, UK, UV> {
+    fn get(&self, uk: &UK) -> Result<Option<UV>> {
+        Ok(self
+            .key
+            .with(|k| self.table.borrow_mut().get(k))?
+            .and_then(|m| m.get(uk).cloned()))
+    }
+    fn put(&mut self, uk: UK, uv: UV) -> Result<()> {
+        self.key.with(|k| {
+            let mut t = self.table.borrow_mut();
+            let mut m = t.get(k)?.unwrap_or_default();
+            m.insert(uk, uv);
+            t.put(k, Some(m))
+        })
+    }
+    fn remove(&mut self, uk: &UK) -> Result<Option<UV>> {
+        self.key.with(|k| {
+            let mut t = self.table.borrow_mut();
+            let Some(mut m) = t.get(k)? else {
+                return Ok(None);
+            };
+            let v = m.remove(uk);
+            t.put(k, if m.is_empty() { None } else { Some(m) })?;
+            Ok(v)
+        })
+    }
+    fn entries(&self) -> Result<Vec<(UK, UV)>> {
+        Ok(self
+            .key
+            .with(|k| self.table.borrow_mut().get(k))?
+            .map(|m| m.into_iter().collect())
+            .unwrap_or_default())
+    }
+    fn clear(&mut self) -> Result<()> {
+        self.key.with(|k| self.table.borrow_mut().put(k, None))
+    }
+}
