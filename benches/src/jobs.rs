@@ -128,3 +128,111 @@ impl<T: 'static> SinkFunction<T> for Counting<T> {
         Ok(())
     }
 }
+
+/// Keeps a `value_bytes`-long value per key.
+struct Fill {
+    value_bytes: usize,
+    state: Option<ValueState<Vec<u8>>>,
+}
+
+impl KeyedProcessFunction<u64, (u64, i64), u64> for Fill {
+    fn open(&mut self, state: &mut StateContext<u64>) -> weir::Result<()> {
+        self.state = Some(state.value_state("value")?);
+        Ok(())
+    }
+    fn process(
+        &mut self,
+        (k, v): (u64, i64),
+        _ctx: &mut KeyedContext<'_, u64, u64>,
+    ) -> weir::Result<()> {
+        // Incompressible bytes, so the state's size on disk is about keys × value_bytes.
+        let mut x = k.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut bytes: Vec<u8> = (0..self.value_bytes)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        bytes[..8].copy_from_slice(&v.to_le_bytes());
+        self.state.as_mut().expect("opened").set(bytes)
+    }
+}
+
+fn recovery_env(parallelism: usize, dir: &std::path::Path) -> Env {
+    let cfg = weir::RocksDbConfig {
+        cache_entries: 100_000,
+        ..Default::default()
+    };
+    Env::new()
+        .parallelism(parallelism)
+        .state_backend(weir::BackendKind::RocksDb(cfg))
+        .checkpoints(CheckpointConfig::new(dir).interval(Duration::ZERO))
+}
+
+fn recovery_pipeline(env: &Env, keys: u64, value_bytes: usize) {
+    env.generator(keys, keys)
+        .uid("generator")
+        .key_by(|(k, _)| *k)
+        .process(move || Fill {
+            value_bytes: value_bytes.max(16),
+            state: None,
+        })
+        .uid("fill")
+        .discard();
+}
+
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            total += if p.is_dir() {
+                dir_bytes(&p)
+            } else {
+                e.metadata().map(|m| m.len()).unwrap_or(0)
+            };
+        }
+    }
+    total
+}
+
+/// Builds the state and checkpoints it (final checkpoint), then restarts from it.
+pub fn recovery(
+    keys: u64,
+    value_bytes: usize,
+    parallelism: usize,
+    dir: &std::path::Path,
+) -> weir::Result<String> {
+    if dir.exists()
+        && std::fs::read_dir(dir)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(false)
+    {
+        return Err(weir::Error::Config(format!(
+            "{} is not empty; give the benchmark a new directory",
+            dir.display()
+        )));
+    }
+    let env = recovery_env(parallelism, dir);
+    recovery_pipeline(&env, keys, value_bytes);
+    let build = env.execute("recovery-build")?;
+    let checkpoint_bytes = dir_bytes(dir);
+    // The second run resumes from the final checkpoint: the generator is exhausted, so the
+    // run's duration is the restore (copy from storage, load the key groups) plus start-up.
+    let env = recovery_env(parallelism, dir);
+    recovery_pipeline(&env, keys, value_bytes);
+    let restore = env.execute("recovery-restore")?;
+    Ok(serde_json::json!({
+        "job": "recovery",
+        "keys": keys,
+        "value_bytes": value_bytes,
+        "parallelism": parallelism,
+        "state": "rocksdb",
+        "build_elapsed_s": (build.elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
+        "checkpoint_dir_bytes": checkpoint_bytes,
+        "restore_elapsed_s": (restore.elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
+    })
+    .to_string())
+}

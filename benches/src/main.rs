@@ -29,6 +29,25 @@ enum Job {
     KeyedSum(Args),
     /// generator with watermarks → key_by → tumbling event-time windows of 1000 → count.
     WindowCount(Args),
+    /// Recovery time: builds `--keys` keys of `--value-bytes` each in RocksDB, checkpoints,
+    /// then measures a restart that restores them (start → state loaded and running).
+    Recovery(RecoveryArgs),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct RecoveryArgs {
+    /// Number of keys (one state entry each).
+    #[arg(long, default_value_t = 10_000_000)]
+    keys: u64,
+    /// Bytes per state value.
+    #[arg(long, default_value_t = 100)]
+    value_bytes: usize,
+    /// Parallelism of both runs.
+    #[arg(long, default_value_t = 1)]
+    parallelism: usize,
+    /// Checkpoint directory (must be new or empty).
+    #[arg(long)]
+    checkpoint_dir: std::path::PathBuf,
 }
 
 /// Keyed state backend of the job.
@@ -70,6 +89,18 @@ fn main() -> ExitCode {
     let (name, args) = match &cli.job {
         Job::KeyedSum(a) => ("keyed-sum", a),
         Job::WindowCount(a) => ("window-count", a),
+        Job::Recovery(r) => {
+            return match jobs::recovery(r.keys, r.value_bytes, r.parallelism, &r.checkpoint_dir) {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("weir-bench: recovery failed: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
     };
     if args.checkpoint_interval_ms > 0 && args.checkpoint_dir.is_none() {
         eprintln!(
@@ -107,6 +138,7 @@ fn main() -> ExitCode {
     let run = match cli.job {
         Job::KeyedSum(ref a) => jobs::keyed_sum(a.events, a.keys, &setup),
         Job::WindowCount(ref a) => jobs::window_count(a.events, a.keys, &setup),
+        Job::Recovery(_) => unreachable!("handled above"),
     };
     match run {
         Ok(r) => {

@@ -143,3 +143,71 @@ fn rescale_from_savepoint_2_to_1_to_3() {
     s.run_to_end(3);
     s.check();
 }
+
+#[test]
+fn a_corrupt_checkpoint_is_reported_and_skipped() {
+    let s = Scenario::new(5_000, 10, 5);
+    let out = s
+        .command(1, Some(20_000), 20)
+        .output()
+        .expect("run file_sum");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    s.check();
+    // Damage the newest checkpoint (the final one) and start again.
+    let newest = latest_checkpoint(&s.checkpoints).expect("a checkpoint");
+    let dir = s.checkpoints.join(format!("chk-{newest:020}"));
+    let state = std::fs::read_dir(&dir)
+        .expect("checkpoint dir")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "state"))
+        .expect("a state file");
+    let mut bytes = std::fs::read(&state).expect("read state file");
+    bytes[0] ^= 0xFF;
+    std::fs::write(&state, bytes).expect("corrupt state file");
+    let out = s.command(1, None, 20).output().expect("rerun file_sum");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let name = state
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        err.contains("skipping corrupt checkpoint") && err.contains(&name),
+        "corruption not reported:\n{err}"
+    );
+    // The previous checkpoint is older than output already committed: replaying it would
+    // duplicate that output, so the job refuses and says why instead of corrupting it.
+    assert!(
+        !out.status.success(),
+        "restoring an older checkpoint over newer committed output must fail"
+    );
+    assert!(
+        err.contains("newer than the checkpoint being restored"),
+        "no explanation:\n{err}"
+    );
+    s.check();
+}
+
+#[test]
+fn a_malformed_line_fails_the_job_with_the_line() {
+    let s = Scenario::new(100, 5, 6);
+    let mut text = std::fs::read_to_string(&s.input).expect("input");
+    text.push_str("key-1,not-a-number\n");
+    std::fs::write(&s.input, text).expect("write input");
+    let out = s.command(1, None, 20).output().expect("run file_sum");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a malformed line must fail the job");
+    assert!(
+        err.contains("key-1,not-a-number") && err.contains("not an i64"),
+        "unclear error:\n{err}"
+    );
+    assert!(
+        err.contains("operator 'parse'"),
+        "the error does not name the operator:\n{err}"
+    );
+}

@@ -49,7 +49,7 @@ pub fn run(dir: &Path, request: Request, timeout: Duration, out: &mut dyn Write)
     eprintln!(
         "requested a savepoint{} from the job checkpointing into {}; waiting up to {}s",
         if request == Request::Stop {
-            " and stop"
+            " and a stop"
         } else {
             ""
         },

@@ -29,6 +29,8 @@ pub use weir_runtime::{
     TaskStats,
 };
 pub use weir_state::BackendKind;
+#[cfg(feature = "rocksdb")]
+pub use weir_state::RocksDbConfig;
 
 /// Everything a pipeline author needs: `use weir::prelude::*;`.
 pub mod prelude {

@@ -198,6 +198,40 @@ impl<K: Key> StateContext<K> {
         Ok(t)
     }
 
+    /// Creates a value state whose entries expire `ttl` after they were last written
+    /// (processing time): an expired value reads as absent. Expired entries keep their
+    /// space until the key is written or cleared again (no background cleanup yet).
+    ///
+    /// ```
+    /// use weir_core::state::{KeyContext, StateContext};
+    /// # struct NoBackend;
+    /// # impl weir_core::state::KeyedStateBackend for NoBackend {
+    /// #   fn name(&self) -> &'static str { "test" }
+    /// #   fn register(&mut self, _: &str, _: std::rc::Rc<dyn weir_core::state::StateTableInfo>) -> weir_core::Result<()> { Ok(()) }
+    /// #   fn entries(&self) -> usize { 0 }
+    /// #   fn snapshot(&self, _: weir_core::ids::CheckpointId) -> weir_core::Result<weir_core::state::BackendSnapshot> { Ok(Default::default()) }
+    /// # }
+    /// let key = KeyContext::<u32>::new();
+    /// let mut ctx = StateContext::new(key.clone(), Box::new(NoBackend));
+    /// let mut seen = ctx.value_state_with_ttl::<bool>("seen", std::time::Duration::ZERO).unwrap();
+    /// key.set(1);
+    /// seen.set(true).unwrap();
+    /// assert_eq!(seen.get().unwrap(), None); // a zero TTL expires at once
+    /// ```
+    pub fn value_state_with_ttl<V: Data>(
+        &mut self,
+        name: &str,
+        ttl: std::time::Duration,
+    ) -> Result<ValueState<V>> {
+        let inner = self.value_state::<(V, i64)>(name)?;
+        Ok(ValueState {
+            inner: Box::new(Ttl {
+                inner,
+                ttl_ms: ttl.as_millis() as i64,
+            }),
+        })
+    }
+
     /// Creates a value state: one value per key.
     pub fn value_state<V: Data>(&mut self, name: &str) -> Result<ValueState<V>> {
         if let Some(store) = self.store() {
@@ -262,6 +296,34 @@ impl<K: Key> StateContext<K> {
                 table: t,
             }),
         })
+    }
+}
+
+/// A value state with a time-to-live: stores the write time next to the value.
+struct Ttl<V> {
+    inner: ValueState<(V, i64)>,
+    ttl_ms: i64,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl<V> ValueAccess<V> for Ttl<V> {
+    fn get(&self) -> Result<Option<V>> {
+        Ok(match self.inner.get()? {
+            Some((v, written)) if now_ms() - written < self.ttl_ms => Some(v),
+            _ => None,
+        })
+    }
+    fn set(&mut self, value: V) -> Result<()> {
+        self.inner.set((value, now_ms()))
+    }
+    fn clear(&mut self) -> Result<()> {
+        self.inner.clear()
     }
 }
 
