@@ -565,37 +565,17 @@ fn run_attempt(
     for t in threads {
         let _ = t.join();
     }
-    if stopped && first_error.is_none() {
-        let tasks = running
-            .into_iter()
-            .zip(stats)
-            .map(|(t, n)| TaskStats {
-                name: t.name,
-                subtask: t.subtask,
-                records: n.unwrap_or(0),
-                is_source: t.is_source,
-            })
-            .collect();
-        return Ok(Attempt {
-            result: Ok(tasks),
-            completed,
-            savepoints,
-            stopped,
-            completed_count,
-        });
-    }
-    if let Some(e) = first_error.or(secondary) {
-        return Ok(Attempt {
-            result: Err(e),
-            completed,
-            savepoints,
-            stopped: false,
-            completed_count,
-        });
-    }
-    if progress.is_some() {
-        print_progress(name, &running, started);
-    }
+    let result = if stopped && first_error.is_none() {
+        Ok(())
+    } else if let Some(e) = first_error.or(secondary) {
+        Err(e)
+    } else {
+        if progress.is_some() {
+            print_progress(name, &running, started);
+        }
+        Ok(())
+    };
+    let stopped = stopped && result.is_ok();
     let tasks = running
         .into_iter()
         .zip(stats)
@@ -607,10 +587,10 @@ fn run_attempt(
         })
         .collect();
     Ok(Attempt {
-        result: Ok(tasks),
+        result: result.map(|()| tasks),
         completed,
         savepoints,
-        stopped: false,
+        stopped,
         completed_count,
     })
 }

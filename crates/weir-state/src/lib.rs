@@ -95,6 +95,23 @@ impl BackendKind {
     }
 }
 
+/// Registers `table` under a unique `name`, loading its restored entries first.
+pub(crate) fn register_table(
+    tables: &mut BTreeMap<String, Rc<dyn StateTableInfo>>,
+    restore: &mut BTreeMap<String, KeyGroupBlobs>,
+    name: &str,
+    table: Rc<dyn StateTableInfo>,
+) -> Result<()> {
+    if tables.contains_key(name) {
+        return Err(duplicate_state_name(name));
+    }
+    if let Some(blobs) = restore.remove(name) {
+        table.restore(&blobs)?;
+    }
+    tables.insert(name.to_string(), table);
+    Ok(())
+}
+
 /// The in-memory keyed state backend: one typed hash map per state.
 ///
 /// ```
@@ -138,14 +155,7 @@ impl KeyedStateBackend for MemoryBackend {
     }
 
     fn register(&mut self, name: &str, table: Rc<dyn StateTableInfo>) -> Result<()> {
-        if self.tables.contains_key(name) {
-            return Err(duplicate_state_name(name));
-        }
-        if let Some(blobs) = self.restore.remove(name) {
-            table.restore(&blobs)?;
-        }
-        self.tables.insert(name.to_string(), table);
-        Ok(())
+        register_table(&mut self.tables, &mut self.restore, name, table)
     }
 
     fn snapshot(&self, _id: weir_core::ids::CheckpointId) -> Result<BackendSnapshot> {

@@ -19,9 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use weir_core::checkpoint::{KeyGroupBlobs, LocalFile};
 use weir_core::data::key_group_range;
 use weir_core::ids::CheckpointId;
-use weir_core::state::{
-    BackendSnapshot, KeyedStateBackend, KvStore, StateTableInfo, duplicate_state_name,
-};
+use weir_core::state::{BackendSnapshot, KeyedStateBackend, KvStore, StateTableInfo};
 use weir_core::{Error, Result};
 
 /// Settings of the RocksDB backend.
@@ -258,14 +256,7 @@ impl KeyedStateBackend for RocksDbBackend {
     }
 
     fn register(&mut self, name: &str, table: Rc<dyn StateTableInfo>) -> Result<()> {
-        if self.tables.contains_key(name) {
-            return Err(duplicate_state_name(name));
-        }
-        if let Some(blobs) = self.restore.remove(name) {
-            table.restore(&blobs)?;
-        }
-        self.tables.insert(name.to_string(), table);
-        Ok(())
+        crate::register_table(&mut self.tables, &mut self.restore, name, table)
     }
 
     fn entries(&self) -> usize {
