@@ -486,9 +486,12 @@ fn run_attempt(
         let mut queue: std::collections::VecDeque<_> = actions.into();
         while let Some(action) = queue.pop_front() {
             match action {
-                Action::Trigger { id, sources, .. } => {
+                Action::Trigger { id, sources, kind } => {
+                    let is_final = kind == CheckpointKind::Final;
                     for k in sources {
-                        let _ = running[by_key[&k]].commands.send(TaskCommand::Trigger(id));
+                        let _ = running[by_key[&k]]
+                            .commands
+                            .send(TaskCommand::Trigger(id, is_final));
                     }
                 }
                 Action::Complete {
@@ -548,8 +551,15 @@ fn run_attempt(
                         tracing::warn!(error = %e, "removing old checkpoints failed");
                     }
                 }
-                Action::Abort { id, reason, .. } => {
+                Action::Abort { id, reason, kind } => {
                     tracing::info!(checkpoint = %id, %reason, "checkpoint aborted");
+                    if kind == CheckpointKind::Final && !cancel.load(Ordering::SeqCst) {
+                        // The job cannot end without its final checkpoint: try again.
+                        eprintln!(
+                            "[weir] job '{name}': final checkpoint {id} aborted ({reason}); retrying"
+                        );
+                        queue.extend(c.trigger_now(Instant::now(), CheckpointKind::Final));
+                    }
                     if let Some(storage) = storage
                         && let Err(e) = storage.discard(id)
                     {

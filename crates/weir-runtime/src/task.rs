@@ -33,8 +33,8 @@ pub(crate) type WriterKey = (usize, usize, usize, usize);
 /// What the job thread tells a task.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum TaskCommand {
-    /// Sources: inject barrier `n` now.
-    Trigger(CheckpointId),
+    /// Sources: inject barrier `n` now; `true` for the final checkpoint at end of input.
+    Trigger(CheckpointId, bool),
     /// Checkpoint `n` is complete.
     Complete(CheckpointId),
     /// Checkpoint `n` was aborted.
@@ -197,7 +197,7 @@ impl Checkpoints<'_> {
                 self.last_complete = Some(id);
             }
             TaskCommand::Abort(id) => self.participants.notify_aborted(id)?,
-            TaskCommand::Trigger(_) => {}
+            TaskCommand::Trigger(..) => {}
             TaskCommand::Stop => return Err(Error::Cancelled),
         }
         Ok(())
@@ -281,10 +281,12 @@ fn run_source(
             ck.spec.commands.try_recv().ok()
         };
         if let Some(cmd) = cmd {
-            if let TaskCommand::Trigger(id) = cmd {
+            if let TaskCommand::Trigger(id, is_final) = cmd {
                 ck.snapshot(id, Duration::ZERO)?;
                 src.control(Control::Barrier(id))?;
-                if finished && final_barrier.is_none() {
+                // Only the final checkpoint (requested once every source finished) ends a
+                // finished source: earlier ones still need every source to acknowledge.
+                if finished && is_final {
                     final_barrier = Some(id);
                 }
             }

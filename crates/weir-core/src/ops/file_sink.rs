@@ -146,12 +146,21 @@ impl<T> ExactlyOnceFileSink<T> {
                     std::fs::remove_file(e.path()).map_err(io(&e.path()))?;
                 }
                 Part::Committed { writer, checkpoint }
-                    if mine(writer) && restored.is_some_and(|c| checkpoint > c) =>
+                    if mine(writer) && restored.is_none_or(|c| checkpoint > c) =>
                 {
                     newer.push(name);
                 }
                 _ => {}
             }
+        }
+        if !newer.is_empty() && restored.is_none() {
+            newer.sort();
+            return Err(Error::Config(format!(
+                "{} already holds committed output of an earlier run ({}); a job starting from scratch would \
+                 write it again. Resume that run from its checkpoint directory, or write into an empty directory",
+                self.dir.display(),
+                newer.join(", ")
+            )));
         }
         if !newer.is_empty() {
             newer.sort();

@@ -208,19 +208,38 @@ impl<T: Clone> Collected<T> {
 pub struct CollectSink<T> {
     pub(crate) target: Collected<T>,
     pub(crate) buf: Vec<T>,
+    pub(crate) pending: Vec<(CheckpointId, Vec<T>)>,
 }
 
+/// With checkpoints the collect sink is transactional: records are held back until the
+/// checkpoint that covers them completes, so a restart neither loses nor repeats them.
 impl<T: Send + 'static> SinkFunction<T> for CollectSink<T> {
     fn invoke(&mut self, value: T, _ts: Timestamp) -> Result<()> {
         self.buf.push(value);
         Ok(())
     }
+    fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<Option<(Vec<u8>, String)>> {
+        let batch = std::mem::take(&mut self.buf);
+        self.pending.push((checkpoint, batch));
+        Ok(None)
+    }
+    fn notify_complete(&mut self, checkpoint: CheckpointId) -> Result<()> {
+        let mut target = self.target.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (done, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|(c, _)| *c <= checkpoint);
+        for (_, mut batch) in done {
+            target.append(&mut batch);
+        }
+        self.pending = keep;
+        Ok(())
+    }
     fn finish(&mut self) -> Result<()> {
-        self.target
-            .inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .append(&mut self.buf);
+        let mut target = self.target.inner.lock().unwrap_or_else(|p| p.into_inner());
+        for (_, mut batch) in std::mem::take(&mut self.pending) {
+            target.append(&mut batch);
+        }
+        target.append(&mut self.buf);
         Ok(())
     }
 }
@@ -261,7 +280,13 @@ impl<T: 'static> SinkFunction<T> for TextFileSink<T> {
     fn open(&mut self, ctx: &SinkContext) -> Result<()> {
         std::fs::create_dir_all(&self.dir).map_err(|e| Error::io(self.dir.display(), e))?;
         let path = Self::part_path(&self.dir, ctx.subtask);
-        let f = std::fs::File::create(&path).map_err(|e| Error::io(path.display(), e))?;
+        // Append: after a restart the records since the last checkpoint are written again
+        // (at-least-once), and nothing written before the failure is lost.
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| Error::io(path.display(), e))?;
         self.file = Some((path, std::io::BufWriter::new(f)));
         Ok(())
     }
