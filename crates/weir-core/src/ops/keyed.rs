@@ -204,7 +204,7 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> KeyedProcess<K, I, O,
         })
     }
 
-    /// The operator's state (for metrics and, later, snapshots).
+    /// The operator's state (for metrics).
     pub fn state(&self) -> &StateContext<K> {
         &self.state
     }
