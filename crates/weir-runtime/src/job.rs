@@ -191,6 +191,7 @@ fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
                         .duration_since(std::time::UNIX_EPOCH)
                         .map(|d| d.as_nanos())
                         .unwrap_or(0);
+                    remove_orphan_restore_dirs();
                     std::env::temp_dir()
                         .join(format!("weir-restore-{}-{nanos:x}", std::process::id()))
                 });
@@ -603,6 +604,26 @@ fn run_attempt(
         stopped,
         completed_count,
     })
+}
+
+/// Removes restore directories left by processes that were killed (`weir-restore-<pid>-…`).
+fn remove_orphan_restore_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix("weir-restore-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid
+            && pid != std::process::id()
+            && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// The name of the request file `weir savepoint` drops into the checkpoint directory.
