@@ -16,8 +16,9 @@
 //! - `--parallelism` sets the parallelism of the keyed sum and the sink (the file is read by
 //!   one reader so each key's lines stay in file order); it may change between runs.
 //! - `--max-rate` throttles the reader, so a kill can land mid-run.
-//! - `--state rocksdb|memory` picks the keyed state backend (default: rocksdb, with its
-//!   files checkpointed incrementally).
+//! - `--state rocksdb|memory` picks the keyed state backend. The default is rocksdb (files
+//!   checkpointed incrementally) when the example is built with `--features rocksdb`, and
+//!   memory otherwise (the quickstart's crate builds without RocksDB by default).
 //! - `--from-savepoint PATH` starts from a savepoint (or a specific checkpoint) instead of
 //!   the latest checkpoint in CKDIR. Take a savepoint of a running job with
 //!   `weir savepoint trigger CKDIR`, or stop it with one with `weir savepoint stop CKDIR`
@@ -49,7 +50,12 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut parallelism = 1;
     let mut max_rate = None;
     let mut from_savepoint = None;
-    let mut state = BackendKind::parse("rocksdb")?;
+    // RocksDB when this example is built with the `rocksdb` feature, the heap otherwise.
+    let mut state = BackendKind::parse(if cfg!(feature = "rocksdb") {
+        "rocksdb"
+    } else {
+        "memory"
+    })?;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
