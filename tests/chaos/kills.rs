@@ -211,3 +211,61 @@ fn a_malformed_line_fails_the_job_with_the_line() {
         "the error does not name the operator:\n{err}"
     );
 }
+
+#[test]
+fn switching_state_backends_on_restore() {
+    // Memory → RocksDB: the heap state is loaded into RocksDB and nothing is lost.
+    let s = Scenario::new(20_000, 20, 7);
+    let mut child = s
+        .command(2, Some(10_000), 50)
+        .arg("--state")
+        .arg("memory")
+        .spawn()
+        .expect("start file_sum");
+    wait_for("a first checkpoint", Duration::from_secs(30), || {
+        has_complete_checkpoint(&s.checkpoints)
+    });
+    child.kill().expect("SIGKILL file_sum");
+    child.wait().expect("reap file_sum");
+    let out = s
+        .command(2, None, 50)
+        .arg("--state")
+        .arg("rocksdb")
+        .output()
+        .expect("rerun file_sum");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    s.check();
+
+    // RocksDB → memory: the RocksDB files cannot be read by the heap backend; say so.
+    let s = Scenario::new(20_000, 20, 8);
+    let mut child = s
+        .command(2, Some(10_000), 50)
+        .arg("--state")
+        .arg("rocksdb")
+        .spawn()
+        .expect("start file_sum");
+    wait_for("a first checkpoint", Duration::from_secs(30), || {
+        has_complete_checkpoint(&s.checkpoints)
+    });
+    child.kill().expect("SIGKILL file_sum");
+    child.wait().expect("reap file_sum");
+    let out = s
+        .command(2, None, 50)
+        .arg("--state")
+        .arg("memory")
+        .output()
+        .expect("rerun file_sum");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a restore that cannot read the state must fail"
+    );
+    assert!(
+        err.contains("rocksdb backend to restore it"),
+        "unclear error:\n{err}"
+    );
+}

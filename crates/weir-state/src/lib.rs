@@ -81,7 +81,17 @@ impl BackendKind {
     /// Creates a backend instance for one operator subtask, loaded with its restored state.
     pub fn create(&self, p: BackendParams<'_>) -> Result<Box<dyn KeyedStateBackend>> {
         match self {
-            BackendKind::Memory => Ok(Box::new(MemoryBackend::new(p.max_parallelism, p.restore))),
+            BackendKind::Memory => {
+                if !p.restore_dirs.is_empty() {
+                    return Err(weir_core::Error::Config(format!(
+                        "operator {} is restored from a checkpoint whose keyed state is in RocksDB files, but \
+                         the job now uses the memory backend, which cannot read them; run the job with the \
+                         rocksdb backend to restore it",
+                        p.label
+                    )));
+                }
+                Ok(Box::new(MemoryBackend::new(p.max_parallelism, p.restore)))
+            }
             #[cfg(feature = "rocksdb")]
             BackendKind::RocksDb(cfg) => Ok(Box::new(RocksDbBackend::open(
                 cfg,

@@ -123,7 +123,13 @@ impl<K: Key, V: Data> StateTableInfo for Info<CachedTable<K, V>> {
     fn snapshot(&self, _max_parallelism: usize) -> Result<KeyGroupBlobs> {
         Ok(Vec::new())
     }
-    fn restore(&self, _blobs: &KeyGroupBlobs) -> Result<()> {
+    /// Entries checkpointed by a heap table (a job that switched from the memory backend)
+    /// are loaded into the cache as changes, written to the store at the next flush.
+    fn restore(&self, blobs: &KeyGroupBlobs) -> Result<()> {
+        let mut t = self.0.borrow_mut();
+        for (k, v) in super::heap::decode_key_groups::<K, V>(blobs)? {
+            t.put(&k, Some(v))?;
+        }
         Ok(())
     }
     fn is_persistent(&self) -> bool {
