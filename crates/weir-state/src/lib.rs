@@ -2,7 +2,7 @@
 //!
 //! [`MemoryBackend`] keeps every table on the heap, typed, with no serialization on the
 //! record path: the fastest choice for jobs whose state fits in memory. The RocksDB
-//! backend (feature `rocksdb`, on by default) keeps value, list and map state in RocksDB
+//! backend (feature `rocksdb`, which applications turn on) keeps value, list and map state in RocksDB
 //! behind a typed write-back cache and checkpoints incrementally; jobs pick a backend with
 //! [`BackendKind`] and user code does not change.
 #![deny(missing_docs)]
