@@ -212,14 +212,14 @@ fn a_malformed_line_fails_the_job_with_the_line() {
     );
 }
 
-#[test]
-fn switching_state_backends_on_restore() {
-    // Memory → RocksDB: the heap state is loaded into RocksDB and nothing is lost.
-    let s = Scenario::new(20_000, 20, 7);
+/// Runs file_sum on `from`, kills it once a checkpoint exists, and reruns it to the end on
+/// `to`; returns the rerun's output.
+fn restore_with_other_backend(seed: u64, from: &str, to: &str) -> (Scenario, std::process::Output) {
+    let s = Scenario::new(20_000, 20, seed);
     let mut child = s
         .command(2, Some(10_000), 50)
         .arg("--state")
-        .arg("memory")
+        .arg(from)
         .spawn()
         .expect("start file_sum");
     wait_for("a first checkpoint", Duration::from_secs(30), || {
@@ -230,9 +230,16 @@ fn switching_state_backends_on_restore() {
     let out = s
         .command(2, None, 50)
         .arg("--state")
-        .arg("rocksdb")
+        .arg(to)
         .output()
         .expect("rerun file_sum");
+    (s, out)
+}
+
+#[test]
+fn switching_state_backends_on_restore() {
+    // Memory → RocksDB: the heap state is loaded into RocksDB and nothing is lost.
+    let (s, out) = restore_with_other_backend(7, "memory", "rocksdb");
     assert!(
         out.status.success(),
         "{}",
@@ -241,24 +248,7 @@ fn switching_state_backends_on_restore() {
     s.check();
 
     // RocksDB → memory: the RocksDB files cannot be read by the heap backend; say so.
-    let s = Scenario::new(20_000, 20, 8);
-    let mut child = s
-        .command(2, Some(10_000), 50)
-        .arg("--state")
-        .arg("rocksdb")
-        .spawn()
-        .expect("start file_sum");
-    wait_for("a first checkpoint", Duration::from_secs(30), || {
-        has_complete_checkpoint(&s.checkpoints)
-    });
-    child.kill().expect("SIGKILL file_sum");
-    child.wait().expect("reap file_sum");
-    let out = s
-        .command(2, None, 50)
-        .arg("--state")
-        .arg("memory")
-        .output()
-        .expect("rerun file_sum");
+    let (_s, out) = restore_with_other_backend(8, "rocksdb", "memory");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success(),
