@@ -5,7 +5,10 @@
 //! at once, without flushing or cleanup) and `panic`. A fail point fires the first time
 //! it is hit. Names used by weir: `checkpoint.before_metadata`,
 //! `checkpoint.after_metadata` (job coordinator), `sink.after_precommit`,
-//! `sink.before_commit`, `sink.after_commit` (exactly-once sinks).
+//! `sink.before_commit`, `sink.after_commit` (exactly-once file sink), and in the Kafka
+//! sink `kafka.after_precommit`, `kafka.before_commit`, `kafka.during_commit` (fires on
+//! another thread while the commit is in flight), `kafka.after_commit`,
+//! `kafka.during_replay` (half-way through re-producing an epoch on restore).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -21,6 +24,19 @@ fn table() -> &'static Mutex<HashMap<String, String>> {
             .collect();
         Mutex::new(map)
     })
+}
+
+/// True when `WEIR_FAILPOINTS` turns on `name` and it has not fired yet (for fail points
+/// that fire on another thread, racing the operation they interrupt).
+///
+/// ```
+/// assert!(!weir_core::failpoint::armed("not.configured"));
+/// ```
+pub fn armed(name: &str) -> bool {
+    table()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains_key(name)
 }
 
 /// Fires the fail point `name` if `WEIR_FAILPOINTS` turns it on.

@@ -107,6 +107,9 @@ pub struct BuildContext<'a> {
     pub restore: Option<&'a RestoreState>,
     /// True when the job takes checkpoints.
     pub checkpointing: bool,
+    /// The checkpoint interval and timeout, when the job takes checkpoints (a transactional
+    /// sink checks its transaction timeout against them).
+    pub checkpoint_timing: Option<(std::time::Duration, std::time::Duration)>,
 }
 
 /// A subtask's built operator.

@@ -160,6 +160,7 @@ impl Builder<'_> {
             participants: self.participants,
             restore,
             checkpointing: job.cfg.checkpoint.is_some(),
+            checkpoint_timing: job.cfg.checkpoint.as_ref().map(|c| (c.interval, c.timeout)),
         };
         spec.factory.build(&ctx, outputs)
     }

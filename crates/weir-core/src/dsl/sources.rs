@@ -48,6 +48,16 @@ impl<T> SourceOutput<'_, T> {
         self.emitted += 1;
         self.out.record(value, ts)
     }
+    /// Advances event time: no record with a timestamp at or below `watermark` follows.
+    /// For sources that track event time themselves (for example per input partition).
+    pub fn emit_watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        self.out.control(Control::Watermark(watermark))
+    }
+    /// Marks this source subtask idle (downstream watermarks stop waiting for it) or
+    /// active again.
+    pub fn mark_idle(&mut self, idle: bool) -> Result<()> {
+        self.out.control(Control::Idle(idle))
+    }
     /// Records emitted in this poll.
     pub fn emitted(&self) -> usize {
         self.emitted

@@ -16,7 +16,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 /// Which subtask a sink instance is, and how the job runs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct SinkContext {
     /// This subtask's index.
     pub subtask: usize,
@@ -25,6 +25,10 @@ pub struct SinkContext {
     /// True when the job takes checkpoints (a transactional sink commits on checkpoint
     /// completion; otherwise it commits at end of input).
     pub checkpointing: bool,
+    /// The checkpoint interval and timeout, when the job takes checkpoints.
+    pub checkpoint_timing: Option<(std::time::Duration, std::time::Duration)>,
+    /// The sink's display name.
+    pub name: String,
 }
 
 /// Writes records somewhere. One instance per subtask, created on its thread.
@@ -90,6 +94,8 @@ impl<T: 'static, S: SinkFunction<T>> SinkOp<T, S> {
             subtask: info.subtask,
             parallelism: info.parallelism,
             checkpointing: ctx.checkpointing,
+            checkpoint_timing: ctx.checkpoint_timing,
+            name: ctx.name.to_string(),
         };
         if let Some(r) = ctx.restore
             && let Some(id) = r.checkpoint

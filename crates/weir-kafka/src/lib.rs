@@ -1,0 +1,49 @@
+//! Apache Kafka connectors for weir.
+//!
+//! - [`KafkaSource`]: reads topics with `isolation.level=read_committed`, partitions
+//!   assigned deterministically (no consumer-group rebalancing), offsets kept in weir's
+//!   checkpoints and redistributed on rescale, per-partition watermarks with idleness, an
+//!   optional bounded mode, and a dead-letter topic for records that fail to deserialize.
+//! - [`KafkaSink`]: writes a topic exactly once through Kafka transactions tied to weir's
+//!   checkpoints (two-phase commit), and recovers pre-committed transactions after any
+//!   crash by re-producing them from the log — no loss even if the job was down longer
+//!   than `transaction.timeout.ms`. An at-least-once mode is available.
+//!
+//! The guarantee, failure modes and settings are described in `docs/kafka.md`.
+//!
+//! ```no_run
+//! use weir::prelude::*;
+//! use weir_kafka::{KafkaSink, KafkaSource};
+//!
+//! let source = KafkaSource::new("127.0.0.1:9092", ["input"])
+//!     .bounded()
+//!     .deserializer(|r| {
+//!         let key = String::from_utf8(r.key.unwrap_or_default().to_vec()).map_err(|e| e.to_string())?;
+//!         let v: i64 = std::str::from_utf8(r.value.unwrap_or_default())
+//!             .map_err(|e| e.to_string())?
+//!             .trim()
+//!             .parse()
+//!             .map_err(|e| format!("{e}"))?;
+//!         Ok((key, v))
+//!     });
+//! let sink = KafkaSink::new("127.0.0.1:9092", "output", "my-job")
+//!     .serializer(|(k, v): &(String, i64)| (Some(k.clone().into_bytes()), v.to_string().into_bytes()));
+//! let env = Env::new();
+//! let p = env.pipeline();
+//! p.source("kafka-in", source.factory())
+//!     .key_by(|(k, _): &(String, i64)| k.clone())
+//!     .sum_by(|(_, v)| *v)
+//!     .sink("kafka-out", sink.factory());
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod admin;
+mod error;
+mod sink;
+mod source;
+pub mod txn;
+
+pub use error::{KafkaError, Result};
+pub use sink::{DeliveryGuarantee, KafkaSink, KafkaSinkFunction};
+pub use source::{KafkaRecord, KafkaSource, KafkaSourceFunction, StartFrom};

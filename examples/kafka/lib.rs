@@ -1,0 +1,1 @@
+//! Holds no code: the package exists for the Kafka examples (see Cargo.toml).

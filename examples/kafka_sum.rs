@@ -1,0 +1,204 @@
+//! kafka_sum: running sums per key, from one Kafka topic to another, exactly once.
+//!
+//! ```text
+//! cargo run --release --example kafka_sum -- --brokers HOST:PORT --input-topic IN \
+//!     --output-topic OUT --checkpoint-dir CKDIR [--checkpoint-interval-ms MS] \
+//!     [--parallelism P] [--bounded]
+//! ```
+//!
+//! - Input records: Kafka key = the key (UTF-8), value = an i64 as decimal UTF-8. The input
+//!   is read `read_committed`.
+//! - For every input record it produces one output record: key = the key, value = the
+//!   running sum for that key after this record, as decimal UTF-8, written exactly once
+//!   through the transactional sink (visible to `read_committed` readers when the checkpoint
+//!   that covers it completes).
+//! - `--bounded`: stop after the end offsets observed at the first start (kept across
+//!   restarts), commit everything, exit 0.
+//! - Started again with the same CKDIR it resumes automatically from the newest complete
+//!   checkpoint, after finishing or re-producing the output transactions the previous run
+//!   left pending.
+//! - A record that is not `key`/i64 fails the job with the topic, partition and offset, unless
+//!   `--dead-letter-topic DLQ` is given, which sets such records aside there.
+//!
+//! More options: `--checkpoint-timeout-ms MS` (default 30000), `--transaction-timeout-ms MS`
+//! (default 60000; must cover interval + checkpoint timeout and stay within the broker's
+//! `transaction.max.timeout.ms`), `--transactional-id-prefix NAME` (default `kafka_sum`),
+//! `--at-least-once`, `--state memory|rocksdb` (rocksdb needs the `rocksdb` feature).
+//!
+//! A broker for trying it: `scripts/kafka.sh start` (see README).
+
+use anyhow::{Context, bail};
+use std::path::PathBuf;
+use std::time::Duration;
+use weir::prelude::*;
+use weir_kafka::{DeliveryGuarantee, KafkaRecord, KafkaSink, KafkaSource};
+
+struct Args {
+    brokers: String,
+    input: String,
+    output: String,
+    checkpoint_dir: PathBuf,
+    interval_ms: u64,
+    checkpoint_timeout_ms: u64,
+    txn_timeout_ms: u64,
+    parallelism: usize,
+    bounded: bool,
+    prefix: String,
+    dead_letter: Option<String>,
+    at_least_once: bool,
+    state: BackendKind,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut brokers = None;
+    let mut input = None;
+    let mut output = None;
+    let mut checkpoint_dir = None;
+    let mut interval_ms = 1000;
+    let mut checkpoint_timeout_ms = 30_000;
+    let mut txn_timeout_ms = 60_000;
+    let mut parallelism = 1;
+    let mut bounded = false;
+    let mut prefix = "kafka_sum".to_string();
+    let mut dead_letter = None;
+    let mut at_least_once = false;
+    let mut state = BackendKind::parse("memory")?;
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--brokers" => brokers = Some(value()?),
+            "--input-topic" => input = Some(value()?),
+            "--output-topic" => output = Some(value()?),
+            "--checkpoint-dir" => checkpoint_dir = Some(PathBuf::from(value()?)),
+            "--checkpoint-interval-ms" => {
+                interval_ms = value()?.parse().context("--checkpoint-interval-ms")?
+            }
+            "--checkpoint-timeout-ms" => {
+                checkpoint_timeout_ms = value()?.parse().context("--checkpoint-timeout-ms")?
+            }
+            "--transaction-timeout-ms" => {
+                txn_timeout_ms = value()?.parse().context("--transaction-timeout-ms")?
+            }
+            "--parallelism" => parallelism = value()?.parse().context("--parallelism")?,
+            "--bounded" => bounded = true,
+            "--transactional-id-prefix" => prefix = value()?,
+            "--dead-letter-topic" => dead_letter = Some(value()?),
+            "--at-least-once" => at_least_once = true,
+            "--state" => state = BackendKind::parse(&value()?)?,
+            "-h" | "--help" => {
+                println!(
+                    "usage: kafka_sum --brokers HOST:PORT --input-topic IN --output-topic OUT \
+                     --checkpoint-dir CKDIR [--checkpoint-interval-ms MS] [--parallelism P] \
+                     [--bounded] [--checkpoint-timeout-ms MS] [--transaction-timeout-ms MS] \
+                     [--transactional-id-prefix NAME] [--dead-letter-topic DLQ] \
+                     [--at-least-once] [--state memory|rocksdb]"
+                );
+                std::process::exit(0);
+            }
+            other => bail!("unknown flag {other}; see --help"),
+        }
+    }
+    Ok(Args {
+        brokers: brokers.context("--brokers HOST:PORT is required")?,
+        input: input.context("--input-topic IN is required")?,
+        output: output.context("--output-topic OUT is required")?,
+        checkpoint_dir: checkpoint_dir.context("--checkpoint-dir CKDIR is required")?,
+        interval_ms,
+        checkpoint_timeout_ms,
+        txn_timeout_ms,
+        parallelism,
+        bounded,
+        prefix,
+        dead_letter,
+        at_least_once,
+        state,
+    })
+}
+
+/// Key = UTF-8 text, value = an i64 in decimal.
+fn parse_record(r: &KafkaRecord<'_>) -> Result<(String, i64), String> {
+    let key = r.key.ok_or("the record has no key")?;
+    let key = std::str::from_utf8(key).map_err(|e| format!("the key is not UTF-8: {e}"))?;
+    let value = r.value.ok_or("the record has no value")?;
+    let text = std::str::from_utf8(value).map_err(|e| format!("the value is not UTF-8: {e}"))?;
+    let v = text
+        .trim()
+        .parse::<i64>()
+        .map_err(|e| format!("the value {text:?} is not an i64: {e}"))?;
+    Ok((key.to_string(), v))
+}
+
+#[derive(Default)]
+struct RunningSum {
+    sum: Option<ValueState<i64>>,
+}
+
+impl KeyedProcessFunction<String, (String, i64), (String, i64)> for RunningSum {
+    fn open(&mut self, state: &mut StateContext<String>) -> weir::Result<()> {
+        self.sum = Some(state.value_state("sum")?);
+        Ok(())
+    }
+    fn process(
+        &mut self,
+        (key, value): (String, i64),
+        ctx: &mut KeyedContext<'_, String, (String, i64)>,
+    ) -> weir::Result<()> {
+        let sum = self.sum.as_mut().expect("opened");
+        let next = sum
+            .get()?
+            .unwrap_or(0)
+            .checked_add(value)
+            .ok_or_else(|| Error::user(format!("sum of key '{key}' overflows i64")))?;
+        sum.set(next)?;
+        ctx.emit((key, next));
+        Ok(())
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = parse_args()?;
+    let mut checkpoints = CheckpointConfig::new(&args.checkpoint_dir)
+        .interval(Duration::from_millis(args.interval_ms));
+    checkpoints.timeout = Duration::from_millis(args.checkpoint_timeout_ms);
+    let env = Env::new()
+        .parallelism(args.parallelism)
+        .state_backend(args.state.clone())
+        .checkpoints(checkpoints);
+
+    let mut source = KafkaSource::new(&args.brokers, [args.input.as_str()])
+        .group_id(&format!("{}-source", args.prefix))
+        .deserializer(parse_record);
+    if args.bounded {
+        source = source.bounded();
+    }
+    if let Some(dlq) = &args.dead_letter {
+        source = source.dead_letter_topic(dlq);
+    }
+    let sink = KafkaSink::new(&args.brokers, &args.output, &args.prefix)
+        .transaction_timeout(Duration::from_millis(args.txn_timeout_ms))
+        .with_guarantee(if args.at_least_once {
+            DeliveryGuarantee::AtLeastOnce
+        } else {
+            DeliveryGuarantee::ExactlyOnce
+        })
+        .serializer(|(k, s): &(String, i64)| {
+            (Some(k.as_bytes().to_vec()), s.to_string().into_bytes())
+        });
+
+    env.source("kafka-source", source.factory())
+        .uid("kafka-source")
+        .key_by(|(k, _)| k.clone())
+        .process(RunningSum::default)
+        .name("running-sum")
+        .uid("running-sum")
+        .sink("kafka-sink", sink.factory())
+        .uid("kafka-sink");
+    let result = env.execute("kafka_sum").context("kafka_sum failed")?;
+    eprintln!(
+        "kafka_sum: done, {} records read in {:.2}s",
+        result.records_read(),
+        result.elapsed.as_secs_f64()
+    );
+    Ok(())
+}
