@@ -1,0 +1,12 @@
+//! weir's Kafka connectors against a real Apache Kafka broker, tried as a user would:
+//! jobs reading and writing real topics, `kafka_sum` run as a child process and killed with
+//! SIGKILL, and the output checked by an independent `read_committed` consumer.
+//!
+//! The broker is `WEIR_KAFKA_BROKERS` if set (CI starts one with `scripts/kafka.sh start`),
+//! otherwise the tests start one themselves with that script.
+
+mod support;
+mod basics;
+mod chaos;
+mod errors;
+mod source;

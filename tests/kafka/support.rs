@@ -1,0 +1,310 @@
+//! A real broker for the Kafka tests, and independent clients to feed and check it.
+//!
+//! The input is produced and the output read with plain rdkafka clients, not with weir's
+//! source or sink, so the check does not share code with what it checks.
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError as RdError;
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The broker's transaction.max.timeout.ms when the tests start their own broker.
+pub const TXN_MAX_TIMEOUT_MS: u64 = 300_000;
+
+/// The bootstrap address of the test broker: `WEIR_KAFKA_BROKERS` if set, otherwise a
+/// broker started once with `scripts/kafka.sh start` (state under the target directory;
+/// `scripts/kafka.sh start` is idempotent, so later test runs reuse it).
+pub fn broker() -> &'static str {
+    static B: OnceLock<String> = OnceLock::new();
+    B.get_or_init(|| {
+        if let Ok(b) = std::env::var("WEIR_KAFKA_BROKERS")
+            && !b.trim().is_empty()
+        {
+            return b.trim().to_string();
+        }
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka.sh");
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kafka");
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg("start")
+            .env("WEIR_KAFKA_DIR", &dir)
+            .env("WEIR_KAFKA_TXN_MAX_TIMEOUT_MS", TXN_MAX_TIMEOUT_MS.to_string())
+            .output()
+            .expect("run scripts/kafka.sh");
+        assert!(
+            out.status.success(),
+            "scripts/kafka.sh start failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        stdout
+            .lines()
+            .last()
+            .expect("kafka.sh prints the address")
+            .trim()
+            .to_string()
+    })
+}
+
+/// A topic name no other test uses.
+pub fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}-{}-{:x}-{}",
+        std::process::id(),
+        nanos & 0xffff_ffff,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Creates a topic with `partitions` partitions.
+pub fn create_topic(name: &str, partitions: i32) {
+    weir_kafka::admin::ensure_topic(broker(), name, partitions, &[]).expect("create topic");
+}
+
+/// Produces `records` (key, value as decimal text) with a plain idempotent producer, in
+/// order, partitioned by key as the Java client would, and waits for every acknowledgement.
+pub fn produce(topic: &str, records: &[(String, i64)]) {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("partitioner", "murmur2_random")
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    for (k, v) in records {
+        let value = v.to_string();
+        let mut r = BaseRecord::to(topic).key(k.as_bytes()).payload(value.as_bytes());
+        loop {
+            match p.send(r) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    r = back;
+                    p.poll(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+    p.flush(Duration::from_secs(60)).expect("flush input");
+}
+
+/// Produces raw key/value bytes (for malformed input).
+#[allow(dead_code)]
+pub fn produce_raw(topic: &str, records: &[(Option<&[u8]>, Option<&[u8]>)]) {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("partitioner", "murmur2_random")
+        .create()
+        .expect("producer");
+    for (k, v) in records {
+        let mut r: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic);
+        if let Some(k) = k {
+            r = r.key(*k);
+        }
+        if let Some(v) = v {
+            r = r.payload(*v);
+        }
+        p.send(r).map_err(|(e, _)| e).expect("send");
+    }
+    p.flush(Duration::from_secs(60)).expect("flush input");
+}
+
+/// One record read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Read {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl Read {
+    pub fn key_str(&self) -> String {
+        String::from_utf8_lossy(self.key.as_deref().unwrap_or_default()).into_owned()
+    }
+    pub fn value_str(&self) -> String {
+        String::from_utf8_lossy(self.value.as_deref().unwrap_or_default()).into_owned()
+    }
+}
+
+/// Everything in `topic` visible to a reader with `isolation` (`read_committed` or
+/// `read_uncommitted`), partition by partition in offset order, read up to the end offsets
+/// at the time of the call. Waits (up to a minute) while an open transaction holds the
+/// last stable offset back.
+pub fn read_all(topic: &str, isolation: &str) -> Vec<Read> {
+    use rdkafka::message::Headers;
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .set("group.id", unique("checker"))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", isolation)
+        .create()
+        .expect("consumer");
+    let md = c
+        .fetch_metadata(Some(topic), Duration::from_secs(30))
+        .expect("metadata");
+    let parts: Vec<i32> = md.topics()[0].partitions().iter().map(|p| p.id()).collect();
+    let mut ends = BTreeMap::new();
+    let mut tpl = TopicPartitionList::new();
+    for p in &parts {
+        let (_, high) = c
+            .fetch_watermarks(topic, *p, Duration::from_secs(30))
+            .expect("watermarks");
+        if high > 0 {
+            ends.insert(*p, high);
+            tpl.add_partition_offset(topic, *p, Offset::Beginning)
+                .expect("tpl");
+        }
+    }
+    let mut out = Vec::new();
+    if ends.is_empty() {
+        return out;
+    }
+    c.assign(&tpl).expect("assign");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ends.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "reading {topic} ({isolation}) did not reach the end offsets {ends:?}"
+        );
+        match c.poll(Duration::from_millis(200)) {
+            None => {}
+            Some(Ok(m)) => {
+                let headers = m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                out.push(Read {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(<[u8]>::to_vec),
+                    headers,
+                });
+                if ends.get(&m.partition()).is_some_and(|e| m.offset() + 1 >= *e) {
+                    ends.remove(&m.partition());
+                }
+            }
+            Some(Err(RdError::PartitionEOF(p))) => {
+                let pos = c.position().expect("position");
+                if let Some(e) = pos.find_partition(topic, p)
+                    && let Offset::Offset(o) = e.offset()
+                    && ends.get(&p).is_some_and(|end| o >= *end)
+                {
+                    ends.remove(&p);
+                }
+            }
+            Some(Err(e)) => panic!("reading {topic}: {e}"),
+        }
+    }
+    out.sort_by_key(|r| (r.partition, r.offset));
+    out
+}
+
+/// The output of a running-sum job as committed: per key, the sums in log order.
+pub fn committed_sums(topic: &str) -> BTreeMap<String, Vec<i64>> {
+    let mut by_key: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for r in read_all(topic, "read_committed") {
+        let v: i64 = r
+            .value_str()
+            .parse()
+            .unwrap_or_else(|e| panic!("output value {:?} is not an i64: {e}", r.value_str()));
+        by_key.entry(r.key_str()).or_default().push(v);
+    }
+    by_key
+}
+
+/// Per key, the prefix sums of its values in input order.
+pub fn prefix_sums(input: &[(String, i64)]) -> BTreeMap<String, Vec<i64>> {
+    let mut sums: BTreeMap<String, i64> = BTreeMap::new();
+    let mut out: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for (k, v) in input {
+        let s = sums.entry(k.clone()).or_default();
+        *s += v;
+        out.entry(k.clone()).or_default().push(*s);
+    }
+    out
+}
+
+/// Asserts that every key's committed sums are exactly its prefix sums, naming the first
+/// lost or duplicated value when not.
+pub fn assert_exactly_once(expected: &BTreeMap<String, Vec<i64>>, got: &BTreeMap<String, Vec<i64>>) {
+    let total_expected: usize = expected.values().map(Vec::len).sum();
+    let total_got: usize = got.values().map(Vec::len).sum();
+    for (k, want) in expected {
+        let have = got.get(k).cloned().unwrap_or_default();
+        if &have != want {
+            let at = want
+                .iter()
+                .zip(&have)
+                .position(|(a, b)| a != b)
+                .unwrap_or(want.len().min(have.len()));
+            panic!(
+                "key {k}: {} sums expected, {} committed; first difference at #{at}: expected \
+                 {:?}, committed {:?} (total expected {total_expected}, committed {total_got})",
+                want.len(),
+                have.len(),
+                want.get(at),
+                have.get(at)
+            );
+        }
+    }
+    let extra: Vec<&String> = got.keys().filter(|k| !expected.contains_key(*k)).collect();
+    assert!(extra.is_empty(), "keys never in the input were committed: {extra:?}");
+    assert_eq!(total_got, total_expected);
+}
+
+/// Random `key-N` records with values 1..=1000 (so every key's prefix sums are strictly
+/// increasing: a duplicate shows as a repeated sum, a loss as a missing one).
+pub fn random_input(n: usize, keys: u64, seed: u64) -> Vec<(String, i64)> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    };
+    (0..n)
+        .map(|_| {
+            let k = format!("key-{}", next() % keys);
+            let v = 1 + (next() % 1000) as i64;
+            (k, v)
+        })
+        .collect()
+}
+
+/// The `kafka_sum` command, reading `input` and writing `output`.
+pub fn kafka_sum(input: &str, output: &str, checkpoints: &std::path::Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kafka_sum"));
+    c.arg("--brokers")
+        .arg(broker())
+        .arg("--input-topic")
+        .arg(input)
+        .arg("--output-topic")
+        .arg(output)
+        .arg("--checkpoint-dir")
+        .arg(checkpoints)
+        .arg("--transactional-id-prefix")
+        .arg(format!("{output}-sum"));
+    c
+}
