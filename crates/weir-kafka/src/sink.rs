@@ -387,7 +387,15 @@ impl<T: 'static> KafkaSinkFunction<T> {
             return Ok(());
         };
         for l in &plan.lineages {
-            let (newest, newest_at) = self.scan_markers(l.lineage, &l.scan_from)?;
+            // A lineage that never committed before the checkpoint has no marker offset to
+            // start from: scan its markers from the start of the marker topic, so output a
+            // newer run already committed is still noticed.
+            let scan_from: Vec<(i32, i64)> = if l.scan_from.is_empty() {
+                (0..self.marker_partitions).map(|p| (p, -1)).collect()
+            } else {
+                l.scan_from.clone()
+            };
+            let (newest, newest_at) = self.scan_markers(l.lineage, &scan_from)?;
             let d = decide(
                 l.lineage,
                 &l.pending,
@@ -429,11 +437,7 @@ impl<T: 'static> KafkaSinkFunction<T> {
 
     /// Reads a lineage's committed markers from `scan_from` to the end of the marker topic;
     /// returns the newest committed epoch and where its marker is.
-    fn scan_markers(
-        &self,
-        lineage: u32,
-        scan_from: &[(i32, i64)],
-    ) -> Result<NewestMarker> {
+    fn scan_markers(&self, lineage: u32, scan_from: &[(i32, i64)]) -> Result<NewestMarker> {
         if scan_from.is_empty() {
             return Ok((None, None));
         }
@@ -443,6 +447,8 @@ impl<T: 'static> KafkaSinkFunction<T> {
         let mut ends = BTreeMap::new();
         for &(p, from) in scan_from {
             let (low, high) = admin::watermarks(&self.cfg.brokers, &self.marker_topic, p)?;
+            // -1: from wherever the partition starts now.
+            let from = if from < 0 { low } else { from };
             if low > from {
                 return Err(KafkaError::Recovery(format!(
                     "the commit markers of subtask {lineage} at {}/{p} from offset {from} were \

@@ -456,6 +456,8 @@ impl fmt::Display for NewerEpochCommitted {
     }
 }
 
+impl std::error::Error for NewerEpochCommitted {}
+
 /// Decides, from the newest committed marker value of a lineage (`None`: no committed
 /// marker since the scan start), which pending epochs committed and which to re-produce.
 /// Commits happen strictly in epoch order, so every pending epoch up to that value
