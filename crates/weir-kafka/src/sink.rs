@@ -716,6 +716,7 @@ fn read_consumer(brokers: &str, isolation: &str) -> Result<BaseConsumer> {
         .set("group.id", "weir-sink-recovery")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
+        .set("fetch.queue.backoff.ms", "10")
         .set("auto.offset.reset", "error")
         .set("isolation.level", isolation)
         .create()

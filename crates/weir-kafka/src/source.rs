@@ -342,6 +342,10 @@ impl<T: 'static> KafkaSourceFunction<T> {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("enable.partition.eof", "true")
+            // librdkafka pauses fetching for this long once its local queue holds
+            // queued.min.messages (default 1 s): a job that drains the queue faster than
+            // that would wait most of the time.
+            .set("fetch.queue.backoff.ms", "10")
             // A checkpointed offset that retention removed must fail loudly, never skip.
             .set("auto.offset.reset", "error")
             .set(
