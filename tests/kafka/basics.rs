@@ -13,9 +13,19 @@ fn kafka_sum_bounded_run_commits_every_prefix_sum_once() {
     produce(&input, &records);
     let ck = tempfile::tempdir().unwrap();
     let out = kafka_sum(&input, &output, ck.path())
-        .args(["--bounded", "--parallelism", "2", "--checkpoint-interval-ms", "200"])
+        .args([
+            "--bounded",
+            "--parallelism",
+            "2",
+            "--checkpoint-interval-ms",
+            "200",
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_exactly_once(&prefix_sums(&records), &committed_sums(&output));
 }

@@ -5,8 +5,8 @@
 //! The broker is `WEIR_KAFKA_BROKERS` if set (CI starts one with `scripts/kafka.sh start`),
 //! otherwise the tests start one themselves with that script.
 
-mod support;
 mod basics;
 mod chaos;
 mod errors;
 mod source;
+mod support;

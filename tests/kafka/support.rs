@@ -34,7 +34,10 @@ pub fn broker() -> &'static str {
             .arg(&script)
             .arg("start")
             .env("WEIR_KAFKA_DIR", &dir)
-            .env("WEIR_KAFKA_TXN_MAX_TIMEOUT_MS", TXN_MAX_TIMEOUT_MS.to_string())
+            .env(
+                "WEIR_KAFKA_TXN_MAX_TIMEOUT_MS",
+                TXN_MAX_TIMEOUT_MS.to_string(),
+            )
             .output()
             .expect("run scripts/kafka.sh");
         assert!(
@@ -86,7 +89,9 @@ pub fn produce(topic: &str, records: &[(String, i64)]) {
         .expect("producer");
     for (k, v) in records {
         let value = v.to_string();
-        let mut r = BaseRecord::to(topic).key(k.as_bytes()).payload(value.as_bytes());
+        let mut r = BaseRecord::to(topic)
+            .key(k.as_bytes())
+            .payload(value.as_bytes());
         loop {
             match p.send(r) {
                 Ok(()) => break,
@@ -201,7 +206,10 @@ pub fn read_all(topic: &str, isolation: &str) -> Vec<Read> {
                     value: m.payload().map(<[u8]>::to_vec),
                     headers,
                 });
-                if ends.get(&m.partition()).is_some_and(|e| m.offset() + 1 >= *e) {
+                if ends
+                    .get(&m.partition())
+                    .is_some_and(|e| m.offset() + 1 >= *e)
+                {
                     ends.remove(&m.partition());
                 }
             }
@@ -248,7 +256,10 @@ pub fn prefix_sums(input: &[(String, i64)]) -> BTreeMap<String, Vec<i64>> {
 
 /// Asserts that every key's committed sums are exactly its prefix sums, naming the first
 /// lost or duplicated value when not.
-pub fn assert_exactly_once(expected: &BTreeMap<String, Vec<i64>>, got: &BTreeMap<String, Vec<i64>>) {
+pub fn assert_exactly_once(
+    expected: &BTreeMap<String, Vec<i64>>,
+    got: &BTreeMap<String, Vec<i64>>,
+) {
     let total_expected: usize = expected.values().map(Vec::len).sum();
     let total_got: usize = got.values().map(Vec::len).sum();
     for (k, want) in expected {
@@ -270,7 +281,10 @@ pub fn assert_exactly_once(expected: &BTreeMap<String, Vec<i64>>, got: &BTreeMap
         }
     }
     let extra: Vec<&String> = got.keys().filter(|k| !expected.contains_key(*k)).collect();
-    assert!(extra.is_empty(), "keys never in the input were committed: {extra:?}");
+    assert!(
+        extra.is_empty(),
+        "keys never in the input were committed: {extra:?}"
+    );
     assert_eq!(total_got, total_expected);
 }
 
@@ -307,4 +321,245 @@ pub fn kafka_sum(input: &str, output: &str, checkpoints: &std::path::Path) -> Co
         .arg("--transactional-id-prefix")
         .arg(format!("{output}-sum"));
     c
+}
+
+/// The ids of the complete checkpoints (`chk-…` directories with a `_metadata`) in `dir`,
+/// oldest first.
+#[allow(dead_code)]
+pub fn complete_checkpoints(dir: &std::path::Path) -> Vec<u64> {
+    let mut ids: Vec<u64> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.path().join("_metadata").exists())
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .strip_prefix("chk-")
+                        .and_then(|n| n.parse().ok())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort_unstable();
+    ids
+}
+
+/// The directory of checkpoint `id` in `dir` (`chk-<id as 20 digits>`).
+#[allow(dead_code)]
+pub fn checkpoint_path(dir: &std::path::Path, id: u64) -> PathBuf {
+    dir.join(format!("chk-{id:020}"))
+}
+
+/// Polls `cond` every 10 ms until it holds, failing the test after `limit`.
+#[allow(dead_code)]
+pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A started child process whose standard error is collected line by line on a thread (so
+/// a chatty child never blocks on a full pipe, and the test can watch it while it runs).
+#[allow(dead_code)]
+pub struct Running {
+    pub child: std::process::Child,
+    started: Instant,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<(Duration, String)>>>,
+    stderr: Option<std::thread::JoinHandle<()>>,
+}
+
+#[allow(dead_code)]
+impl Running {
+    /// Starts `cmd` with standard error captured.
+    pub fn start(cmd: &mut Command) -> Running {
+        let started = Instant::now();
+        let mut child = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the child process");
+        let err = child.stderr.take().expect("piped stderr");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let stderr = std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                sink.lock().unwrap().push((started.elapsed(), line));
+            }
+        });
+        Running {
+            child,
+            started,
+            lines,
+            stderr: Some(stderr),
+        }
+    }
+
+    /// When (since the start) the first stderr line containing `text` arrived, if it has.
+    pub fn seen(&self, text: &str) -> Option<Duration> {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(_, l)| l.contains(text))
+            .map(|(t, _)| *t)
+    }
+
+    /// Time since the process was started.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// True while the process has not exited.
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("poll the child").is_none()
+    }
+
+    fn stderr(&mut self) -> String {
+        if let Some(h) = self.stderr.take() {
+            let _ = h.join();
+        }
+        let lines = self.lines.lock().unwrap();
+        let mut s = String::new();
+        for (_, l) in lines.iter() {
+            s.push_str(l);
+            s.push('\n');
+        }
+        s
+    }
+
+    /// Sends SIGKILL; fails the test if the process had already exited (the kill must land
+    /// while it runs). Returns its standard error.
+    pub fn kill(mut self) -> String {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(status) = self.child.try_wait().expect("poll the child") {
+            let err = self.stderr();
+            panic!("the process ended ({status}) before it could be killed:\n{err}");
+        }
+        self.child.kill().expect("SIGKILL");
+        let status = self.child.wait().expect("reap the child");
+        assert_eq!(status.signal(), Some(9), "not ended by SIGKILL: {status}");
+        self.stderr()
+    }
+
+    /// Waits for the process to exit, killing it and failing the test after `limit`.
+    /// Returns its exit status and standard error.
+    pub fn wait_within(mut self, limit: Duration) -> (std::process::ExitStatus, String) {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("poll the child") {
+                return (status, self.stderr());
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                let err = self.stderr();
+                panic!("the process did not exit within {limit:?}; its stderr:\n{err}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A transactional producer (plain rdkafka) with `transactional.id` `id`, initialised.
+#[allow(dead_code)]
+pub fn txn_producer(id: &str) -> BaseProducer {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .set("transactional.id", id)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("partitioner", "murmur2_random")
+        .set("linger.ms", "5")
+        .create()
+        .expect("transactional producer");
+    p.init_transactions(Duration::from_secs(30))
+        .expect("init_transactions");
+    p
+}
+
+/// Sends `records` (key, value as decimal text) with `p` (inside its open transaction, if
+/// any) and flushes.
+#[allow(dead_code)]
+pub fn send_all(p: &BaseProducer, topic: &str, records: &[(String, i64)]) {
+    for (k, v) in records {
+        let value = v.to_string();
+        let mut r = BaseRecord::to(topic)
+            .key(k.as_bytes())
+            .payload(value.as_bytes());
+        loop {
+            match p.send(r) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    r = back;
+                    p.poll(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+    p.flush(Duration::from_secs(60)).expect("flush");
+}
+
+/// The high watermark (end offset) of every partition of `topic`.
+#[allow(dead_code)]
+pub fn end_offsets(topic: &str) -> BTreeMap<i32, i64> {
+    let parts = weir_kafka::admin::partitions(broker(), topic).expect("partitions");
+    parts
+        .into_iter()
+        .map(|p| {
+            let (_, high) = weir_kafka::admin::watermarks(broker(), topic, p).expect("watermarks");
+            (p, high)
+        })
+        .collect()
+}
+
+/// Partitions of `topic` with a transaction open: `(partition, last stable offset, high
+/// watermark)` for each whose last stable offset (what a `read_committed` reader can reach)
+/// is behind its high watermark.
+#[allow(dead_code)]
+pub fn open_transactions(topic: &str) -> Vec<(i32, i64, i64)> {
+    let client = |isolation: &str| -> BaseConsumer {
+        ClientConfig::new()
+            .set("bootstrap.servers", broker())
+            .set("group.id", unique("lso-checker"))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", isolation)
+            .create()
+            .expect("consumer")
+    };
+    // librdkafka's watermark query uses the consumer's isolation level: a read_committed
+    // consumer gets the last stable offset as its "high" watermark.
+    let committed = client("read_committed");
+    let uncommitted = client("read_uncommitted");
+    let md = uncommitted
+        .fetch_metadata(Some(topic), Duration::from_secs(30))
+        .expect("metadata");
+    let mut open = Vec::new();
+    for p in md.topics()[0].partitions().iter().map(|p| p.id()) {
+        let (_, high) = uncommitted
+            .fetch_watermarks(topic, p, Duration::from_secs(30))
+            .expect("high watermark");
+        let (_, stable) = committed
+            .fetch_watermarks(topic, p, Duration::from_secs(30))
+            .expect("last stable offset");
+        if stable < high {
+            open.push((p, stable, high));
+        }
+    }
+    open
 }

@@ -105,6 +105,22 @@ impl Error {
         }
     }
 
+    /// True for errors that end the job for good: restarting from a checkpoint would
+    /// run into them again (an invalid configuration, a malformed record).
+    ///
+    /// ```
+    /// use weir_core::Error;
+    /// assert!(Error::Config("no such topic".into()).is_deterministic());
+    /// assert!(!Error::User("broker timed out".into()).is_deterministic());
+    /// ```
+    pub fn is_deterministic(&self) -> bool {
+        match self {
+            Error::Operator { cause, .. } => cause.is_deterministic(),
+            Error::Config(_) | Error::Malformed(_) => true,
+            _ => false,
+        }
+    }
+
     /// True when the error is a consequence of another failure or of cancellation,
     /// not a root cause.
     pub fn is_secondary(&self) -> bool {

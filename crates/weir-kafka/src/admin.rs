@@ -11,7 +11,7 @@ use rdkafka::error::RDKafkaErrorCode;
 use std::time::Duration;
 
 /// How long a metadata or admin request may take before the broker counts as unreachable.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A short-lived metadata client for `brokers`.
 pub(crate) fn metadata_client(brokers: &str) -> Result<BaseConsumer> {

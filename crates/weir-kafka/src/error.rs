@@ -28,6 +28,9 @@ pub enum KafkaError {
     Deserialize(String),
     /// Restoring the sink's transactions failed; nothing was written.
     Recovery(String),
+    /// The sink's transaction bookkeeping refused a step (for example, every producer of
+    /// the pool holds an epoch waiting for its checkpoint).
+    Transaction(String),
 }
 
 impl fmt::Display for KafkaError {
@@ -47,6 +50,7 @@ impl fmt::Display for KafkaError {
             KafkaError::Broker(m) => write!(f, "Kafka: {m}"),
             KafkaError::Deserialize(m) => write!(f, "{m}"),
             KafkaError::Recovery(m) => write!(f, "Kafka sink recovery: {m}"),
+            KafkaError::Transaction(m) => write!(f, "Kafka sink transactions: {m}"),
         }
     }
 }
@@ -56,7 +60,9 @@ impl std::error::Error for KafkaError {}
 impl From<KafkaError> for weir_core::Error {
     fn from(e: KafkaError) -> Self {
         match e {
-            KafkaError::Config(_) => weir_core::Error::Config(e.to_string()),
+            KafkaError::Config(_) | KafkaError::MissingTopic { .. } => {
+                weir_core::Error::Config(e.to_string())
+            }
             KafkaError::Deserialize(_) => weir_core::Error::Malformed(e.to_string()),
             other => weir_core::Error::User(other.to_string()),
         }

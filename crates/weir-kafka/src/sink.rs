@@ -683,7 +683,7 @@ impl<T: 'static> KafkaSinkFunction<T> {
         }
         self.book
             .precommit(epoch, marker)
-            .map_err(|e| KafkaError::Config(e.to_string()))?;
+            .map_err(|e| KafkaError::Transaction(e.to_string()))?;
         Ok(())
     }
 
@@ -703,7 +703,7 @@ impl<T: 'static> KafkaSinkFunction<T> {
                 })?;
             self.book
                 .committed(epoch)
-                .map_err(|e| KafkaError::Config(e.to_string()))?;
+                .map_err(|e| KafkaError::Transaction(e.to_string()))?;
             failpoint::hit("kafka.after_commit");
         }
         Ok(())
@@ -844,7 +844,7 @@ impl<T: 'static> SinkFunction<T> for KafkaSinkFunction<T> {
                         let s = self
                             .book
                             .begin()
-                            .map_err(|e| KafkaError::Config(e.to_string()))?;
+                            .map_err(|e| KafkaError::Transaction(e.to_string()))?;
                         let p = &self.producers[s as usize];
                         p.begin_transaction()
                             .map_err(|e| KafkaError::Broker(format!("begin transaction: {e}")))?;
@@ -856,7 +856,7 @@ impl<T: 'static> SinkFunction<T> for KafkaSinkFunction<T> {
                 let seq = self
                     .book
                     .next_seq()
-                    .map_err(|e| KafkaError::Config(e.to_string()))?;
+                    .map_err(|e| KafkaError::Transaction(e.to_string()))?;
                 let h = txn::encode_header(self.lineage, token, seq);
                 r = r.headers(OwnedHeaders::new_with_capacity(1).insert(Header {
                     key: TXN_HEADER,

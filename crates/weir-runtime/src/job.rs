@@ -250,6 +250,12 @@ fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
                 let Some(cfg) = &job.cfg.checkpoint else {
                     return Err(e);
                 };
+                if e.is_deterministic() {
+                    eprintln!(
+                        "[weir] job '{name}' failed: {e}; not restarting, since a restart would                          fail the same way"
+                    );
+                    return Err(e);
+                }
                 if attempt >= cfg.restart.max_attempts {
                     eprintln!("[weir] job '{name}' failed after {attempt} restarts: {e}");
                     return Err(e);
@@ -671,6 +677,8 @@ fn task_specs(
         max_parallelism: cfg.max_parallelism,
     };
     let mut specs: HashMap<(usize, usize), (TaskSpec, Sender<TaskCommand>)> = HashMap::new();
+    let tasks: usize = plan.heads.iter().map(|&h| plan.parallelism[h]).sum();
+    let start = Arc::new(task::StartGate::new(tasks));
     for &h in &plan.heads {
         for s in 0..plan.parallelism[h] {
             let (ctx, crx) = crossbeam_channel::unbounded();
@@ -698,6 +706,7 @@ fn task_specs(
                         events: events.clone(),
                         cancel: cancel.clone(),
                         restore: chain_restore,
+                        start: start.clone(),
                     },
                     ctx,
                 ),

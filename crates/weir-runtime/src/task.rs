@@ -75,6 +75,52 @@ pub(crate) struct TaskSpec {
     pub cancel: Arc<AtomicBool>,
     /// Restored state of the nodes of this task's chain, by node index.
     pub restore: HashMap<usize, RestoreState>,
+    /// Opens once every task of the attempt has built (restored and opened) its operators.
+    pub start: Arc<StartGate>,
+}
+
+/// Holds the sources back until every task of an attempt has restored and opened its
+/// operators. A sink may need to finish its restore before anything new is written (the
+/// Kafka sink re-produces uncommitted transactions of keys that, after a rescale, other
+/// subtasks now own), so no record may flow until every sink subtask is ready.
+pub(crate) struct StartGate {
+    remaining: std::sync::Mutex<usize>,
+    opened: std::sync::Condvar,
+}
+
+impl StartGate {
+    pub(crate) fn new(tasks: usize) -> Self {
+        StartGate {
+            remaining: std::sync::Mutex::new(tasks),
+            opened: std::sync::Condvar::new(),
+        }
+    }
+
+    /// This task is built.
+    fn arrive(&self) {
+        let mut r = self.remaining.lock().unwrap_or_else(|p| p.into_inner());
+        *r = r.saturating_sub(1);
+        if *r == 0 {
+            self.opened.notify_all();
+        }
+    }
+
+    /// Waits until every task is built; `Err(Cancelled)` if the attempt is cancelled first
+    /// (a task failed to build).
+    fn wait(&self, cancel: &AtomicBool) -> Result<()> {
+        let mut r = self.remaining.lock().unwrap_or_else(|p| p.into_inner());
+        while *r > 0 {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(Error::Cancelled);
+            }
+            r = self
+                .opened
+                .wait_timeout(r, Duration::from_millis(20))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        Ok(())
+    }
 }
 
 /// Shared, read-only job context.
@@ -226,6 +272,7 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
         participants: &participants,
     }
     .build_node(spec.head)?;
+    spec.start.arrive();
     let mut readers = std::mem::take(&mut spec.readers);
     let mut ck = Checkpoints {
         spec: &spec,
@@ -234,7 +281,10 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
         last_complete: None,
     };
     match built {
-        Built::Source(src) => run_source(job, src, &mut ck),
+        Built::Source(src) => {
+            ck.spec.start.wait(&ck.spec.cancel)?;
+            run_source(job, src, &mut ck)
+        }
         Built::Operator { inputs, control } => {
             let node = &job.graph.nodes[spec.head];
             let mut gates: Vec<Box<dyn InputGate>> = Vec::with_capacity(inputs.len());
