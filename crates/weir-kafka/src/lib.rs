@@ -29,11 +29,11 @@
 //! let sink = KafkaSink::new("127.0.0.1:9092", "output", "my-job")
 //!     .serializer(|(k, v): &(String, i64)| (Some(k.clone().into_bytes()), v.to_string().into_bytes()));
 //! let env = Env::new();
-//! let p = env.pipeline();
-//! p.source("kafka-in", source.factory())
+//! env.source("kafka-in", source.factory())
 //!     .key_by(|(k, _): &(String, i64)| k.clone())
-//!     .sum_by(|(_, v)| *v)
+//!     .reduce(|a, b| (a.0, a.1 + b.1))
 //!     .sink("kafka-out", sink.factory());
+//! env.execute("sums").unwrap();
 //! ```
 
 #![warn(missing_docs)]
