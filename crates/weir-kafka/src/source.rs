@@ -655,7 +655,7 @@ impl<T: 'static> SourceFunction<T> for KafkaSourceFunction<T> {
         // Monitoring only: the checkpoint holds the offsets that count.
         if let (Some(tpl), Some(c)) = (self.snapshots.pop_front(), &self.consumer)
             && tpl.count() > 0
-            && let Err(e) = c.commit(&tpl, CommitMode::Async)
+            && let Err(e) = c.commit(&tpl, CommitMode::Sync)
         {
             tracing::debug!("committing offsets for monitoring: {e}");
         }
