@@ -379,3 +379,47 @@ fn a_failure_in_a_co_process_function_names_it() {
     let e = run_failing(&env);
     assert_mentions(&e, &["operator 'picky'", "second input rejected 9"]);
 }
+
+/// A checkpoint directory holds one job's checkpoints: another job started on it is refused
+/// (its state would be mixed into the wrong job), naming both jobs; an explicit restore of
+/// that checkpoint is allowed.
+#[test]
+fn a_checkpoint_directory_of_another_job_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = |name: &str, restore_from: Option<std::path::PathBuf>| {
+        let mut ck = CheckpointConfig::new(dir.path()).interval(std::time::Duration::ZERO);
+        ck.restore_from = restore_from;
+        let env = Env::new().parallelism(1).checkpoints(ck);
+        let sums = env
+            .from_collection(vec![("a".to_string(), 1i64), ("a".into(), 2)])
+            .key_by(|(k, _)| k.clone())
+            .reduce(|a, b| (a.0, a.1 + b.1))
+            .uid("sum")
+            .collect();
+        (env.execute(name), sums)
+    };
+    let (first, sums) = job("orders", None);
+    first.unwrap();
+    assert_eq!(sums.sorted(), vec![("a".into(), 1), ("a".into(), 3)]);
+
+    let (second, sums) = job("payments", None);
+    let e = second.unwrap_err();
+    assert!(matches!(e, Error::Config(_)), "{e:?}");
+    assert_mentions(
+        &e,
+        &[
+            "job 'orders'",
+            "not of job 'payments'",
+            "own checkpoint directory",
+        ],
+    );
+    assert!(sums.sorted().is_empty());
+
+    let checkpoint = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("chk-"))
+        .expect("the first job left a checkpoint");
+    let (explicit, _) = job("payments", Some(checkpoint));
+    explicit.unwrap();
+}

@@ -179,6 +179,16 @@ fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
         if let Some(storage) = &storage {
             if let Some((manifest, path)) = checkpoints::find_restore(storage, explicit.as_deref())?
             {
+                // A checkpoint directory belongs to one job: resuming another job's
+                // checkpoint by accident would mix its state into this one. An explicit
+                // restore path (a savepoint) may come from a job of another name.
+                if explicit.is_none() && manifest.job != name {
+                    return Err(Error::Config(format!(
+                        "checkpoint directory {} holds checkpoints of job '{}', not of job '{name}': give this job its own checkpoint directory, or restore that checkpoint explicitly (CheckpointConfig::restore_from) if it is meant for this job",
+                        storage.dir().display(),
+                        manifest.job
+                    )));
+                }
                 eprintln!(
                     "[weir] job '{name}': resuming from {} {} ({})",
                     manifest.kind,
@@ -252,7 +262,7 @@ fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
                 };
                 if e.is_deterministic() {
                     eprintln!(
-                        "[weir] job '{name}' failed: {e}; not restarting, since a restart would                          fail the same way"
+                        "[weir] job '{name}' failed: {e}; not restarting, since a restart would fail the same way"
                     );
                     return Err(e);
                 }
