@@ -17,6 +17,7 @@ pub mod graph;
 pub mod ids;
 pub mod ops;
 pub mod output;
+pub mod scratch;
 pub mod state;
 pub mod time;
 pub mod timer;

@@ -622,24 +622,15 @@ fn run_attempt(
     })
 }
 
-/// Removes restore directories left by processes that were killed (`weir-restore-<pid>-…`).
+/// Removes restore directories (`weir-restore-{pid}-{nanos}`) of processes that are gone.
 fn remove_orphan_restore_dirs() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let pid = name
-            .strip_prefix("weir-restore-")
-            .and_then(|r| r.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok());
-        if let Some(pid) = pid
-            && pid != std::process::id()
-            && !std::path::Path::new(&format!("/proc/{pid}")).exists()
-        {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
+    weir_core::scratch::remove_orphans(&std::env::temp_dir(), |name| {
+        name.strip_prefix("weir-restore-")?
+            .split('-')
+            .next()?
+            .parse()
+            .ok()
+    });
 }
 
 /// The name of the request file `weir savepoint` drops into the checkpoint directory.

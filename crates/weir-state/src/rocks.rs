@@ -59,25 +59,6 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
 
-/// Removes working directories left by processes that no longer exist (killed with
-/// SIGKILL, so their instances could not clean up). Instance names carry the pid as their
-/// third field: `<label>-<pid>-<n>-<time>`, where the label is `op<node>-<subtask>`.
-fn remove_orphans(local_dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(local_dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let pid = name.split('-').nth(2).and_then(|p| p.parse::<u32>().ok());
-        if let Some(pid) = pid
-            && pid != std::process::id()
-            && !Path::new(&format!("/proc/{pid}")).exists()
-        {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
-}
-
 /// One RocksDB instance.
 pub struct RocksStore {
     db: Option<rocksdb::DB>,
@@ -97,7 +78,11 @@ impl RocksStore {
             .map(|d| d.as_nanos())
             .unwrap_or(0);
         let instance = format!("{label}-{}-{n}-{nanos:x}", std::process::id());
-        remove_orphans(&cfg.local_dir);
+        // Instance directories are `{label}-{pid}-{n}-{nanos}`, the label `op{node}-{subtask}`:
+        // the pid is the third field.
+        weir_core::scratch::remove_orphans(&cfg.local_dir, |name| {
+            name.split('-').nth(2)?.parse().ok()
+        });
         let root = cfg.local_dir.join(&instance);
         let dir = root.join("db");
         std::fs::create_dir_all(&root).map_err(io(&root))?;
