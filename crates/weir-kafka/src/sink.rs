@@ -15,14 +15,14 @@
 
 use crate::admin;
 use crate::txn::{
-    self, EpochCollector, PendingEpoch, SinkSnapshot, TXN_HEADER, TxnBook, decide, marker_key,
-    plan_recovery, transactional_id,
+    self, EpochCollector, PendingEpoch, Registered, SinkSnapshot, TXN_HEADER, TxnBook, decide,
+    marker_key, plan_recovery_with, transactional_id,
 };
 use crate::{KafkaError, Result};
 use rdkafka::ClientConfig;
 use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError as RdError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
@@ -355,12 +355,16 @@ impl<T: 'static> KafkaSinkFunction<T> {
             admin::partitions(&self.cfg.brokers, &self.marker_topic)?.len() as i32;
         // Fencing first: ids of lineages this subtask takes over from a previous run.
         let restored = self.restored.take();
-        let plan = plan_recovery(
+        // Runs announce their parallelism before they write (below), so lineages of a run
+        // that crashed before its first checkpoint are fenced too.
+        let registered = self.registered()?;
+        let plan = plan_recovery_with(
             &self.cfg.prefix,
             restored.as_ref().map(|r| r.1.as_slice()).unwrap_or(&[]),
             self.lineage,
             self.parallelism,
             self.cfg.pool,
+            registered,
         );
         let own: Vec<String> = (0..self.cfg.pool)
             .map(|s| transactional_id(&self.cfg.prefix, self.lineage, s))
@@ -377,6 +381,15 @@ impl<T: 'static> KafkaSinkFunction<T> {
                 KafkaError::Broker(format!("initialising transactional id '{id}': {e}"))
             })?;
             self.producers.push(p);
+        }
+        // Subtask 0 announces this run before any transaction of it begins: sources emit
+        // nothing until every task has opened, and transactions begin with the first record.
+        let this_run = Registered {
+            parallelism: self.parallelism,
+            pool: self.cfg.pool,
+        };
+        if self.lineage == 0 && registered.max(this_run) != registered {
+            self.register(registered.max(this_run))?;
         }
         let seed = std::collections::hash_map::RandomState::new()
             .build_hasher()
@@ -433,6 +446,51 @@ impl<T: 'static> KafkaSinkFunction<T> {
             }
         }
         Ok(())
+    }
+
+    /// The registry: the offset metadata of the marker topic's partition 0 in the consumer
+    /// group `{prefix}.weir-sink` (durable, tiny, and readable without scanning a topic).
+    fn registry_client(&self) -> Result<BaseConsumer> {
+        ClientConfig::new()
+            .set("bootstrap.servers", &self.cfg.brokers)
+            .set("group.id", format!("{}.weir-sink", self.cfg.prefix))
+            .set("enable.auto.commit", "false")
+            .create()
+            .map_err(|e| KafkaError::Config(format!("cannot create a Kafka consumer: {e}")))
+    }
+
+    /// The largest parallelism and pool any run of this sink announced.
+    fn registered(&self) -> Result<Registered> {
+        let c = self.registry_client()?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&self.marker_topic, 0);
+        let got = c
+            .committed_offsets(tpl, admin::REQUEST_TIMEOUT)
+            .map_err(|e| {
+                KafkaError::Broker(format!(
+                    "reading the sink's registry (group {}.weir-sink): {e}",
+                    self.cfg.prefix
+                ))
+            })?;
+        Ok(got
+            .find_partition(&self.marker_topic, 0)
+            .map(|e| Registered::parse(e.metadata()))
+            .unwrap_or_default())
+    }
+
+    fn register(&self, r: Registered) -> Result<()> {
+        let c = self.registry_client()?;
+        let mut tpl = TopicPartitionList::new();
+        let mut e = tpl.add_partition(&self.marker_topic, 0);
+        e.set_offset(Offset::Offset(0))
+            .map_err(|er| KafkaError::Broker(er.to_string()))?;
+        e.set_metadata(r.to_text());
+        c.commit(&tpl, CommitMode::Sync).map_err(|er| {
+            KafkaError::Broker(format!(
+                "writing the sink's registry (group {}.weir-sink): {er}",
+                self.cfg.prefix
+            ))
+        })
     }
 
     /// Reads a lineage's committed markers from `scan_from` to the end of the marker topic;

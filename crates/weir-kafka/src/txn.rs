@@ -368,10 +368,83 @@ pub fn plan_recovery(
     parallelism: u32,
     pool: u32,
 ) -> RecoveryPlan {
+    plan_recovery_with(
+        prefix,
+        snapshots,
+        subtask,
+        parallelism,
+        pool,
+        Registered::default(),
+    )
+}
+
+/// The largest parallelism and pool size any run of the sink announced before it wrote
+/// (kept outside checkpoints, so it also covers runs that crashed before their first
+/// checkpoint).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Registered {
+    /// The largest parallelism.
+    pub parallelism: u32,
+    /// The largest pool size.
+    pub pool: u32,
+}
+
+impl Registered {
+    /// The text kept in the registry (`parallelism=P,pool=N`).
+    ///
+    /// ```
+    /// use weir_kafka::txn::Registered;
+    /// let r = Registered { parallelism: 3, pool: 2 };
+    /// assert_eq!(Registered::parse(&r.to_text()), r);
+    /// assert_eq!(Registered::parse(""), Registered::default());
+    /// ```
+    pub fn to_text(&self) -> String {
+        format!("parallelism={},pool={}", self.parallelism, self.pool)
+    }
+
+    /// Reads [`Registered::to_text`]; anything else counts as nothing registered.
+    pub fn parse(text: &str) -> Self {
+        let mut r = Registered::default();
+        for part in text.split(',') {
+            match part.split_once('=') {
+                Some(("parallelism", v)) => r.parallelism = v.parse().unwrap_or(0),
+                Some(("pool", v)) => r.pool = v.parse().unwrap_or(0),
+                _ => {}
+            }
+        }
+        r
+    }
+
+    /// The larger of both, field by field.
+    pub fn max(self, other: Registered) -> Registered {
+        Registered {
+            parallelism: self.parallelism.max(other.parallelism),
+            pool: self.pool.max(other.pool),
+        }
+    }
+}
+
+/// [`plan_recovery`], also fencing the lineages and slots of every registered run: a run
+/// at a larger parallelism that crashed before its first checkpoint left transactions open
+/// that no snapshot knows about.
+///
+/// ```
+/// use weir_kafka::txn::{plan_recovery_with, Registered};
+/// let plan = plan_recovery_with("p", &[], 0, 1, 1, Registered { parallelism: 2, pool: 1 });
+/// assert_eq!(plan.fence, vec!["p-0-0".to_string(), "p-1-0".to_string()]);
+/// ```
+pub fn plan_recovery_with(
+    prefix: &str,
+    snapshots: &[SinkSnapshot],
+    subtask: u32,
+    parallelism: u32,
+    pool: u32,
+    registered: Registered,
+) -> RecoveryPlan {
     let parallelism = parallelism.max(1);
     let mut lineages: BTreeMap<u32, LineageRecovery> = BTreeMap::new();
-    let mut old_pool = 0u32;
-    let mut old_parallelism = 0u32;
+    let mut old_pool = registered.pool;
+    let mut old_parallelism = registered.parallelism;
     for s in snapshots {
         old_pool = old_pool.max(s.pool);
         old_parallelism = old_parallelism.max(s.parallelism);
