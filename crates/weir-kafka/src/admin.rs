@@ -60,9 +60,29 @@ pub fn topic_exists(brokers: &str, topic: &str) -> Result<bool> {
     }
 }
 
-/// The low and high watermarks of a partition.
+/// The low watermark and the end of the log of a partition: the offset after its last
+/// record, committed or not (what a `read_uncommitted` reader can reach).
 pub fn watermarks(brokers: &str, topic: &str, partition: i32) -> Result<(i64, i64)> {
-    let c = metadata_client(brokers)?;
+    offsets(brokers, topic, partition, "read_uncommitted")
+}
+
+/// The low watermark and the last stable offset of a partition: the end of what a
+/// `read_committed` reader can reach now (before the first open transaction).
+pub fn stable_watermarks(brokers: &str, topic: &str, partition: i32) -> Result<(i64, i64)> {
+    offsets(brokers, topic, partition, "read_committed")
+}
+
+fn offsets(brokers: &str, topic: &str, partition: i32, isolation: &str) -> Result<(i64, i64)> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("socket.timeout.ms", "10000")
+        // The end offset a ListOffsets request returns depends on it: librdkafka's default,
+        // read_committed, gives the last stable offset.
+        .set("isolation.level", isolation)
+        .create()
+        .map_err(|e| {
+            KafkaError::Config(format!("cannot create a Kafka client for {brokers}: {e}"))
+        })?;
     c.fetch_watermarks(topic, partition, REQUEST_TIMEOUT)
         .map_err(|e| {
             KafkaError::Broker(format!(

@@ -305,7 +305,13 @@ impl<T: 'static> KafkaSourceFunction<T> {
         let mut tpl = TopicPartitionList::new();
         for mut s in mine {
             if s.next < 0 || (first_start && self.cfg.bounded) {
-                let (low, high) = admin::watermarks(&self.cfg.brokers, &s.topic, s.partition)?;
+                // Bounded mode stops at the last stable offset of the first start: records of
+                // transactions still open then are not part of the bounded input.
+                let (low, high) = if self.cfg.read_committed {
+                    admin::stable_watermarks(&self.cfg.brokers, &s.topic, s.partition)?
+                } else {
+                    admin::watermarks(&self.cfg.brokers, &s.topic, s.partition)?
+                };
                 if s.next < 0 {
                     s.next = match (self.cfg.start, s.next) {
                         (_, -2) | (StartFrom::Earliest, _) => low,
