@@ -105,9 +105,11 @@ pub fn produce(topic: &str, records: &[(String, i64)]) {
     p.flush(Duration::from_secs(60)).expect("flush input");
 }
 
+/// A record's optional key and optional value, as raw bytes.
+pub type RawRecord<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
 /// Produces raw key/value bytes (for malformed input).
-#[allow(dead_code)]
-pub fn produce_raw(topic: &str, records: &[(Option<&[u8]>, Option<&[u8]>)]) {
+pub fn produce_raw(topic: &str, records: &[RawRecord<'_>]) {
     let p: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", broker())
         .set("enable.idempotence", "true")
