@@ -59,13 +59,15 @@ kafka_sum_rate() {
     done
 }
 
-pp="$(producer_rate | median)"
-p1="$(kafka_sum_rate 1 | median)"
-p2="$(kafka_sum_rate 2 | median)"
-printf '\n%-58s %12s %8s\n' "job ($RECORDS records, median of $RUNS)" "records/s" "ratio"
-printf '%-58s %12.0f %8s\n' "ProducerPerformance, transactional (1 s), 16-byte records" "$pp" "100%"
-for row in "kafka_sum P=1, 1 s checkpoints, exactly-once:$p1" "kafka_sum P=2, 1 s checkpoints, exactly-once:$p2"; do
-    name="${row%:*}"
-    rate="${row##*:}"
-    printf '%-58s %12.0f %7.0f%%\n' "$name" "$rate" "$(awk -v a="$rate" -v b="$pp" 'BEGIN { print 100 * a / b }')"
+runs_pp="$(producer_rate | tr '\n' ' ')"
+runs_p1="$(kafka_sum_rate 1 | tr '\n' ' ')"
+runs_p2="$(kafka_sum_rate 2 | tr '\n' ' ')"
+pp="$(echo "$runs_pp" | tr ' ' '\n' | grep . | median)"
+p1="$(echo "$runs_p1" | tr ' ' '\n' | grep . | median)"
+p2="$(echo "$runs_p2" | tr ' ' '\n' | grep . | median)"
+printf '\n%-58s %12s %8s   %s\n' "job ($RECORDS records, median of $RUNS)" "records/s" "ratio" "runs"
+printf '%-58s %12.0f %8s   %s\n' "ProducerPerformance, transactional (1 s), 16-byte records" "$pp" "100%" "$runs_pp"
+for row in "kafka_sum P=1, 1 s checkpoints, exactly-once:$p1:$runs_p1" "kafka_sum P=2, 1 s checkpoints, exactly-once:$p2:$runs_p2"; do
+    IFS=: read -r name rate runs <<<"$row"
+    printf '%-58s %12.0f %7.0f%%   %s\n' "$name" "$rate" "$(awk -v a="$rate" -v b="$pp" 'BEGIN { print 100 * a / b }')" "$runs"
 done
