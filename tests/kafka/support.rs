@@ -87,22 +87,7 @@ pub fn produce(topic: &str, records: &[(String, i64)]) {
         .set("linger.ms", "5")
         .create()
         .expect("producer");
-    for (k, v) in records {
-        let value = v.to_string();
-        let mut r = BaseRecord::to(topic)
-            .key(k.as_bytes())
-            .payload(value.as_bytes());
-        loop {
-            match p.send(r) {
-                Ok(()) => break,
-                Err((_, back)) => {
-                    r = back;
-                    p.poll(Duration::from_millis(10));
-                }
-            }
-        }
-    }
-    p.flush(Duration::from_secs(60)).expect("flush input");
+    send_all(&p, topic, records);
 }
 
 /// A record's optional key and optional value, as raw bytes.
@@ -497,7 +482,6 @@ pub fn txn_producer(id: &str) -> BaseProducer {
 
 /// Sends `records` (key, value as decimal text) with `p` (inside its open transaction, if
 /// any) and flushes.
-#[allow(dead_code)]
 pub fn send_all(p: &BaseProducer, topic: &str, records: &[(String, i64)]) {
     for (k, v) in records {
         let value = v.to_string();
