@@ -60,8 +60,8 @@ fn write_text(m: &Manifest, path: &Path, out: &mut dyn Write) -> Result<()> {
     writeln!(out, "max parallelism: {}", m.max_parallelism)?;
     writeln!(
         out,
-        "stats:           duration {} ms, {} bytes written, max alignment {} ms",
-        m.stats.duration_ms, m.stats.bytes, m.stats.alignment_ms
+        "stats:           duration {} ms, {} bytes written ({} bytes in all), max alignment {} ms",
+        m.stats.duration_ms, m.stats.bytes, m.stats.full_bytes, m.stats.alignment_ms
     )?;
     writeln!(
         out,

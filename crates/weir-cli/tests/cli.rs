@@ -43,6 +43,7 @@ fn manifest(id: u64, kind: CheckpointKind, sum_files: Vec<Vec<FileEntry>>) -> Ma
     m.stats = ManifestStats {
         duration_ms: 1500,
         bytes: 32,
+        full_bytes: 32,
         alignment_ms: 7,
     };
     m.operators.push(OperatorManifest {
@@ -230,7 +231,8 @@ fn inspect_shows_the_verified_manifest() {
         "created:         2024-05-01T12:00:00.123Z (unix ms 1714564800123)".to_string(),
         "format version:  1".to_string(),
         "max parallelism: 128".to_string(),
-        "stats:           duration 1500 ms, 32 bytes written, max alignment 7 ms".to_string(),
+        "stats:           duration 1500 ms, 32 bytes written (32 bytes in all), max alignment 7 ms"
+            .to_string(),
         "files:           3 (32 bytes, 1 in shared/), all verified".to_string(),
         "operators:       2".to_string(),
         String::new(),

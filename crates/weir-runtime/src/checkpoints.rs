@@ -43,6 +43,8 @@ pub(crate) fn write_checkpoint(
         .map(|n| (n.operator_id(), n.id.0))
         .collect();
     let mut operators: BTreeMap<usize, OperatorManifest> = BTreeMap::new();
+    // Sizes of what this checkpoint writes, and of everything it references.
+    let mut written = 0u64;
     for (task, snapshots) in acks {
         let subtask = task.subtask.0;
         for (op_id, snap) in snapshots {
@@ -52,6 +54,7 @@ pub(crate) fn write_checkpoint(
             let bytes = codec::encode(&snap)?;
             let name = format!("op{node}-{subtask}.state");
             let mut entries = vec![writer.write_file(&name, &bytes).map_err(storage_err)?];
+            written += bytes.len() as u64;
             // The asynchronous part: persistent-backend files, each immutable one stored once.
             for f in &snap.files {
                 let entry = match shared.get(&f.name) {
@@ -68,6 +71,7 @@ pub(crate) fn write_checkpoint(
                         if e.shared {
                             shared.insert(f.name.clone(), e.clone());
                         }
+                        written += e.size;
                         e
                     }
                 };
@@ -87,8 +91,16 @@ pub(crate) fn write_checkpoint(
             });
         }
     }
+    let full: u64 = operators
+        .values()
+        .flat_map(|o| &o.subtasks)
+        .flat_map(|s| &s.files)
+        .map(|f| f.size)
+        .sum::<u64>();
     let mut manifest = Manifest::new(job_name, id, kind, max_parallelism);
     manifest.stats = stats.into();
+    manifest.stats.bytes = written;
+    manifest.stats.full_bytes = full;
     manifest.operators = operators
         .into_values()
         .map(|mut o| {

@@ -34,8 +34,13 @@ pub struct FileEntry {
 pub struct ManifestStats {
     /// From trigger to the last acknowledgement, in milliseconds.
     pub duration_ms: u64,
-    /// Bytes written by all tasks.
+    /// Bytes this checkpoint wrote to storage: every file it holds, except shared files an
+    /// earlier checkpoint already wrote (the incremental size).
     pub bytes: u64,
+    /// Bytes of every file the checkpoint references, shared or not (the full size: what a
+    /// restore reads).
+    #[serde(default)]
+    pub full_bytes: u64,
     /// The longest barrier alignment of any task, in milliseconds.
     pub alignment_ms: u64,
 }
@@ -45,6 +50,7 @@ impl From<&CheckpointStats> for ManifestStats {
         ManifestStats {
             duration_ms: s.duration.as_millis() as u64,
             bytes: s.bytes,
+            full_bytes: s.bytes,
             alignment_ms: s.max_alignment.as_millis() as u64,
         }
     }
@@ -263,6 +269,7 @@ mod tests {
             ManifestStats {
                 duration_ms: 1500,
                 bytes: 10,
+                full_bytes: 10,
                 alignment_ms: 7
             }
         );
