@@ -24,7 +24,7 @@ use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError as RdError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
@@ -531,49 +531,29 @@ impl<T: 'static> KafkaSinkFunction<T> {
         c.assign(&tpl)
             .map_err(|e| KafkaError::Broker(format!("assigning {}: {e}", self.marker_topic)))?;
         let mut newest: Option<(u64, (i32, i64))> = None;
-        let deadline = Instant::now() + KAFKA_TIMEOUT;
-        while !ends.is_empty() {
-            if Instant::now() > deadline {
-                return Err(KafkaError::Recovery(format!(
-                    "reading commit markers from {} did not reach the end of partitions {:?} in \
-                     {}s: is another transaction open on that topic?",
-                    self.marker_topic,
-                    ends.keys().collect::<Vec<_>>(),
-                    KAFKA_TIMEOUT.as_secs()
-                )));
+        let end = read_to_end(&c, &self.marker_topic, ends, KAFKA_TIMEOUT, |m| {
+            if m.key() == Some(key.as_bytes())
+                && let Some(v) = m.payload().and_then(|v| std::str::from_utf8(v).ok())
+                && let Ok(epoch) = v.parse::<u64>()
+                && newest.is_none_or(|(n, _)| epoch >= n)
+            {
+                newest = Some((epoch, (m.partition(), m.offset())));
             }
-            match c.poll(Duration::from_millis(100)) {
-                None => {}
-                Some(Ok(m)) => {
-                    if m.key() == Some(key.as_bytes())
-                        && let Some(v) = m.payload().and_then(|v| std::str::from_utf8(v).ok())
-                        && let Ok(epoch) = v.parse::<u64>()
-                        && newest.is_none_or(|(n, _)| epoch >= n)
-                    {
-                        newest = Some((epoch, (m.partition(), m.offset())));
-                    }
-                    if let Some(end) = ends.get(&m.partition())
-                        && m.offset() + 1 >= *end
-                    {
-                        ends.remove(&m.partition());
-                    }
-                }
-                Some(Err(RdError::PartitionEOF(p))) => {
-                    let pos = position(&c, &self.marker_topic, p);
-                    if ends
-                        .get(&p)
-                        .is_some_and(|end| pos.is_some_and(|o| o >= *end))
-                    {
-                        ends.remove(&p);
-                    }
-                }
-                Some(Err(e)) => {
-                    return Err(KafkaError::Broker(format!(
-                        "reading commit markers from {}: {e}",
-                        self.marker_topic
-                    )));
-                }
-            }
+            true
+        })
+        .map_err(|e| {
+            KafkaError::Broker(format!(
+                "reading commit markers from {}: {e}",
+                self.marker_topic
+            ))
+        })?;
+        if let ReadEnd::TimedOut(left) = end {
+            return Err(KafkaError::Recovery(format!(
+                "reading commit markers from {} did not reach the end of partitions {left:?} in \
+                 {}s: is another transaction open on that topic?",
+                self.marker_topic,
+                KAFKA_TIMEOUT.as_secs()
+            )));
         }
         Ok((newest.map(|n| n.0), newest.map(|n| n.1)))
     }
@@ -606,47 +586,24 @@ impl<T: 'static> KafkaSinkFunction<T> {
             c.assign(&tpl)
                 .map_err(|er| KafkaError::Broker(format!("assigning {topic}: {er}")))?;
         }
-        let deadline = Instant::now() + KAFKA_TIMEOUT * 5;
-        while !col.is_complete() && !ends.is_empty() {
-            if Instant::now() > deadline {
-                break;
-            }
-            match c.poll(Duration::from_millis(100)) {
-                None => {}
-                Some(Ok(m)) => {
-                    if let Some(h) = m.headers()
-                        && let Some(v) =
-                            h.iter().find(|h| h.key == TXN_HEADER).and_then(|h| h.value)
-                    {
-                        col.offer(v, || {
-                            (
-                                m.partition(),
-                                m.key().map(<[u8]>::to_vec),
-                                m.payload().map(<[u8]>::to_vec),
-                                m.timestamp().to_millis(),
-                            )
-                        });
-                    }
-                    if ends
-                        .get(&m.partition())
-                        .is_some_and(|end| m.offset() + 1 >= *end)
-                    {
-                        ends.remove(&m.partition());
-                    }
+        if !col.is_complete() {
+            // A timeout leaves records missing, which `finish` reports below.
+            read_to_end(&c, &topic, ends, KAFKA_TIMEOUT * 5, |m| {
+                if let Some(h) = m.headers()
+                    && let Some(v) = h.iter().find(|h| h.key == TXN_HEADER).and_then(|h| h.value)
+                {
+                    col.offer(v, || {
+                        (
+                            m.partition(),
+                            m.key().map(<[u8]>::to_vec),
+                            m.payload().map(<[u8]>::to_vec),
+                            m.timestamp().to_millis(),
+                        )
+                    });
                 }
-                Some(Err(RdError::PartitionEOF(p))) => {
-                    let pos = position(&c, &topic, p);
-                    if ends
-                        .get(&p)
-                        .is_some_and(|end| pos.is_some_and(|o| o >= *end))
-                    {
-                        ends.remove(&p);
-                    }
-                }
-                Some(Err(er)) => {
-                    return Err(KafkaError::Broker(format!("reading back {topic}: {er}")));
-                }
-            }
+                !col.is_complete()
+            })
+            .map_err(|er| KafkaError::Broker(format!("reading back {topic}: {er}")))?;
         }
         let records = col.finish().map_err(|missing| {
             KafkaError::Recovery(format!(
@@ -783,6 +740,59 @@ fn read_consumer(brokers: &str, isolation: &str) -> Result<BaseConsumer> {
         .set("isolation.level", isolation)
         .create()
         .map_err(|e| KafkaError::Config(format!("cannot create a Kafka consumer: {e}")))
+}
+
+/// How [`read_to_end`] stopped.
+enum ReadEnd {
+    /// Every partition reached its end offset, or the caller had what it needed.
+    Done,
+    /// The time ran out; these partitions had not reached their end.
+    TimedOut(Vec<i32>),
+}
+
+/// Reads the partitions of `topic` that `c` is assigned until each reached its end offset
+/// in `ends` (a record just before it, or the end of the partition at a position at or past
+/// it: control records and aborted records never arrive as records), `on_record` returns
+/// false, or `limit` passes.
+fn read_to_end(
+    c: &BaseConsumer,
+    topic: &str,
+    mut ends: BTreeMap<i32, i64>,
+    limit: Duration,
+    mut on_record: impl FnMut(&BorrowedMessage<'_>) -> bool,
+) -> std::result::Result<ReadEnd, RdError> {
+    let deadline = Instant::now() + limit;
+    while !ends.is_empty() {
+        if Instant::now() > deadline {
+            return Ok(ReadEnd::TimedOut(ends.keys().copied().collect()));
+        }
+        match c.poll(Duration::from_millis(100)) {
+            None => {}
+            Some(Ok(m)) => {
+                let more = on_record(&m);
+                if ends
+                    .get(&m.partition())
+                    .is_some_and(|end| m.offset() + 1 >= *end)
+                {
+                    ends.remove(&m.partition());
+                }
+                if !more {
+                    return Ok(ReadEnd::Done);
+                }
+            }
+            Some(Err(RdError::PartitionEOF(p))) => {
+                let pos = position(c, topic, p);
+                if ends
+                    .get(&p)
+                    .is_some_and(|end| pos.is_some_and(|o| o >= *end))
+                {
+                    ends.remove(&p);
+                }
+            }
+            Some(Err(e)) => return Err(e),
+        }
+    }
+    Ok(ReadEnd::Done)
 }
 
 fn position(c: &BaseConsumer, topic: &str, partition: i32) -> Option<i64> {
