@@ -329,8 +329,10 @@ fn model_q11(ev: &[Event]) -> Vec<q11::Row> {
         ts.sort();
         let mut session: Vec<i64> = Vec::new();
         for t in ts {
+            // Flink merges session windows that touch: [a, a+10 s) and [a+10 s, ...) are one
+            // session, so only a gap longer than 10 s starts a new one.
             if let Some(&last) = session.last()
-                && t - last >= 10_000
+                && t - last > 10_000
             {
                 rows.push(session_row(bidder, &session));
                 session.clear();

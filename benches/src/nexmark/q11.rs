@@ -8,9 +8,9 @@
 //! GROUP BY B.bidder, SESSION(B.dateTime, INTERVAL '10' SECOND);
 //! ```
 //!
-//! Keyed session windows: each bid opens `[t, t + 10 s)` and overlapping windows of a
-//! bidder merge, so a session ends after 10 s without a bid. A session is emitted when the
-//! watermark passes its end.
+//! Keyed session windows: each bid opens `[t, t + 10 s)` and windows of a bidder that
+//! overlap or touch merge (as Flink's do), so a session ends when more than 10 s pass
+//! without a bid. A session is emitted when the watermark passes its end.
 
 use super::bids;
 use serde::{Deserialize, Serialize};
