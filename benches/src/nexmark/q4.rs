@@ -33,8 +33,8 @@ pub struct Row {
 
 /// The query over the event stream: a changelog of [`Row`]s.
 pub fn query(events: &Stream<Event>) -> Stream<Change<Row>> {
-    winning_bids(events, FLINK)
-        .map(|(auction, bid)| (auction.category, bid.price))
+    winning_bids(events, FLINK, |a| a.category, |_| ())
+        .map(|w| (w.auction, w.price))
         .key_by(|(category, _)| *category)
         .process(AveragePerCategory::default)
         .name("q4-average")

@@ -30,8 +30,8 @@ pub struct Row {
 
 /// The query over the event stream: a changelog of [`Row`]s.
 pub fn query(events: &Stream<Event>) -> Stream<Change<Row>> {
-    winning_bids(events, BEAM)
-        .map(|(auction, bid)| (auction.seller, bid.date_time, bid.price))
+    winning_bids(events, BEAM, |a| a.seller, |_| ())
+        .map(|w| (w.auction, w.date_time, w.price))
         .key_by(|(seller, _, _)| *seller)
         .process(AverageOfLastSales::default)
         .name("q6-average-selling-price")

@@ -35,14 +35,17 @@ pub struct Row {
 
 /// The query over the event stream.
 pub fn query(events: &Stream<Event>) -> Stream<Row> {
-    winning_bids(events, FLINK)
-        .map(|(auction, bid)| Row {
-            auction,
-            bid_auction: bid.auction,
-            bidder: bid.bidder,
-            price: bid.price,
-            bid_date_time: bid.date_time,
-            bid_extra: bid.extra,
+    winning_bids(events, FLINK, |a| a, |b| (b.auction, b.bidder, b.extra))
+        .map(|w| {
+            let (bid_auction, bidder, bid_extra) = w.bid;
+            Row {
+                auction: w.auction,
+                bid_auction,
+                bidder,
+                price: w.price,
+                bid_date_time: w.date_time,
+                bid_extra,
+            }
         })
         .name("q9")
 }

@@ -29,27 +29,66 @@ pub const BEAM: Rules = Rules {
     reserve: true,
 };
 
-/// Per auction, once the watermark has passed its last valid bid time: the auction and
-/// its winning bid (the highest price, the earliest bid among equal prices). Auctions
-/// without a qualifying bid produce nothing.
+/// An auction's winning bid, with the columns the query kept of each side.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Winner<A, B> {
+    /// What the query kept of the auction.
+    pub auction: A,
+    /// The winning price.
+    pub price: i64,
+    /// The winning bid's time.
+    pub date_time: i64,
+    /// What the query kept of the bid.
+    pub bid: B,
+}
+
+/// Per auction, once the watermark has passed its last valid bid time: its winning bid
+/// (the highest price, the earliest bid among equal prices). Auctions without a
+/// qualifying bid produce nothing.
+///
+/// Only the columns a query needs are kept in state: `auction_part` and `bid_part` project
+/// each side before the join (as Flink's planner prunes columns), so q4 keeps a few
+/// numbers per auction where q9 keeps whole rows.
 ///
 /// Keyed by auction id. An auction is kept until it closes; a bid that arrives before its
 /// auction (bid ids may lead the auctions) waits until the watermark passes its own time,
 /// after which no auction it could qualify for can arrive.
-pub fn winning_bids(events: &Stream<Event>, rules: Rules) -> Stream<(Auction, Bid)> {
-    auctions(events)
-        .key_by(|a| a.id)
-        .connect(&bids(events).key_by(|b| b.auction))
-        .process(move || WinningBids {
-            rules,
-            ..Default::default()
-        })
+pub fn winning_bids<A: Data, B: Data>(
+    events: &Stream<Event>,
+    rules: Rules,
+    auction_part: impl Fn(Auction) -> A + Send + Sync + 'static,
+    bid_part: impl Fn(Bid) -> B + Send + Sync + 'static,
+) -> Stream<Winner<A, B>> {
+    let auctions = auctions(events).map(move |a| {
+        let open = Open {
+            id: a.id,
+            start: a.date_time,
+            last: if rules.at_expiry {
+                a.expires
+            } else {
+                a.expires - 1
+            },
+            floor: if rules.reserve { a.reserve } else { i64::MIN },
+        };
+        (open, auction_part(a))
+    });
+    let bids = bids(events).map(move |b| Offer {
+        auction: b.auction,
+        price: b.price,
+        date_time: b.date_time,
+        bid: bid_part(b),
+    });
+    auctions
+        .key_by(|(open, _)| open.id)
+        .connect(&bids.key_by(|b| b.auction))
+        .process(WinningBids::default)
         .name("winning-bids")
 }
 
 /// The numbers of an open auction that each bid is checked against.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 struct Open {
+    id: i64,
     start: i64,
     /// Last time a bid counts.
     last: i64,
@@ -57,28 +96,42 @@ struct Open {
     floor: i64,
 }
 
-#[derive(Default)]
-struct WinningBids {
-    rules: Rules,
-    open: Option<ValueState<Open>>,
-    auction: Option<ValueState<Auction>>,
-    /// (price, time) of the best bid so far, compared on every bid.
-    best_key: Option<ValueState<(i64, i64)>>,
-    best: Option<ValueState<Bid>>,
-    early: Option<ListState<Bid>>,
+/// A bid, as the join sees it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Offer<B> {
+    auction: i64,
+    price: i64,
+    date_time: i64,
+    bid: B,
 }
 
-impl Default for Rules {
+/// Per auction id: the open auction, its best bid so far, and bids that came before it.
+struct WinningBids<A, B> {
+    open: Option<ValueState<Open>>,
+    auction: Option<ValueState<A>>,
+    /// (price, time) of the best bid so far, compared on every bid.
+    best_key: Option<ValueState<(i64, i64)>>,
+    best: Option<ValueState<B>>,
+    early: Option<ListState<Offer<B>>>,
+}
+
+impl<A, B> Default for WinningBids<A, B> {
     fn default() -> Self {
-        FLINK
+        WinningBids {
+            open: None,
+            auction: None,
+            best_key: None,
+            best: None,
+            early: None,
+        }
     }
 }
 
-impl WinningBids {
-    /// Offers a bid to the open auction; true if it is the new best.
-    fn offer(&mut self, open: Open, bid: &Bid) -> weir::Result<bool> {
+impl<A: Data, B: Data> WinningBids<A, B> {
+    /// Offers a bid to the open auction.
+    fn offer(&mut self, open: Open, bid: Offer<B>) -> weir::Result<()> {
         if bid.date_time < open.start || bid.date_time > open.last || bid.price < open.floor {
-            return Ok(false);
+            return Ok(());
         }
         let best_key = self.best_key.as_mut().expect("opened");
         let better = match best_key.get()? {
@@ -89,13 +142,15 @@ impl WinningBids {
         };
         if better {
             best_key.set((bid.price, bid.date_time))?;
-            self.best.as_mut().expect("opened").set(bid.clone())?;
+            self.best.as_mut().expect("opened").set(bid.bid)?;
         }
-        Ok(better)
+        Ok(())
     }
 }
 
-impl CoProcessFunction<i64, Auction, Bid, (Auction, Bid)> for WinningBids {
+impl<A: Data, B: Data> CoProcessFunction<i64, (Open, A), Offer<B>, Winner<A, B>>
+    for WinningBids<A, B>
+{
     fn open(&mut self, state: &mut StateContext<i64>) -> weir::Result<()> {
         self.open = Some(state.value_state("open")?);
         self.auction = Some(state.value_state("auction")?);
@@ -107,27 +162,14 @@ impl CoProcessFunction<i64, Auction, Bid, (Auction, Bid)> for WinningBids {
 
     fn process1(
         &mut self,
-        auction: Auction,
-        ctx: &mut CoContext<'_, i64, (Auction, Bid)>,
+        (open, auction): (Open, A),
+        ctx: &mut CoContext<'_, i64, Winner<A, B>>,
     ) -> weir::Result<()> {
-        let open = Open {
-            start: auction.date_time,
-            last: if self.rules.at_expiry {
-                auction.expires
-            } else {
-                auction.expires - 1
-            },
-            floor: if self.rules.reserve {
-                auction.reserve
-            } else {
-                i64::MIN
-            },
-        };
         let early = self.early.as_mut().expect("opened");
         let waiting = early.get()?;
         if !waiting.is_empty() {
             early.clear()?;
-            for bid in &waiting {
+            for bid in waiting {
                 self.offer(open, bid)?;
             }
         }
@@ -138,39 +180,44 @@ impl CoProcessFunction<i64, Auction, Bid, (Auction, Bid)> for WinningBids {
 
     fn process2(
         &mut self,
-        bid: Bid,
-        ctx: &mut CoContext<'_, i64, (Auction, Bid)>,
+        bid: Offer<B>,
+        ctx: &mut CoContext<'_, i64, Winner<A, B>>,
     ) -> weir::Result<()> {
         match self.open.as_ref().expect("opened").get()? {
-            Some(open) => {
-                self.offer(open, &bid)?;
-            }
+            Some(open) => self.offer(open, bid),
             None => {
                 // The auction has not arrived (or never will, or closed before this bid).
                 ctx.register_event_time_timer(bid.date_time);
-                self.early.as_mut().expect("opened").add(bid)?;
+                self.early.as_mut().expect("opened").add(bid)
             }
         }
-        Ok(())
     }
 
     fn on_timer(
         &mut self,
         time: Timestamp,
         _domain: TimeDomain,
-        ctx: &mut CoContext<'_, i64, (Auction, Bid)>,
+        ctx: &mut CoContext<'_, i64, Winner<A, B>>,
     ) -> weir::Result<()> {
         let open = self.open.as_mut().expect("opened");
         if open.get()?.is_some_and(|o| o.last <= time) {
             open.clear()?;
             let auction = self.auction.as_mut().expect("opened");
             let best = self.best.as_mut().expect("opened");
-            if let (Some(a), Some(b)) = (auction.get()?, best.get()?) {
-                ctx.emit((a, b));
+            let best_key = self.best_key.as_mut().expect("opened");
+            if let (Some(a), Some(b), Some((price, date_time))) =
+                (auction.get()?, best.get()?, best_key.get()?)
+            {
+                ctx.emit(Winner {
+                    auction: a,
+                    price,
+                    date_time,
+                    bid: b,
+                });
             }
             auction.clear()?;
             best.clear()?;
-            self.best_key.as_mut().expect("opened").clear()?;
+            best_key.clear()?;
         }
         // Bids at or before the watermark can no longer meet an auction.
         let early = self.early.as_mut().expect("opened");

@@ -92,6 +92,12 @@ impl RocksStore {
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
         let mut table = rocksdb::BlockBasedOptions::default();
         table.set_block_cache(&rocksdb::Cache::new_lru_cache(cfg.block_cache_bytes));
+        // Keyed state reads many keys that do not exist yet (the first record of every
+        // key): bloom filters answer those without reading data blocks, in the memtable
+        // and in every SST file.
+        table.set_bloom_filter(10.0, false);
+        opts.set_memtable_whole_key_filtering(true);
+        opts.set_memtable_prefix_bloom_ratio(0.1);
         opts.set_block_based_table_factory(&table);
         let db = rocksdb::DB::open(&opts, &dir).map_err(|e| err("open", &dir, e))?;
         let mut write = rocksdb::WriteOptions::default();
