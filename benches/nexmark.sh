@@ -16,7 +16,7 @@ EVENTS="${1:-10000000}"
 shift || true
 QUERIES=("$@")
 if [ ${#QUERIES[@]} -eq 0 ]; then
-    QUERIES=(q0 q1 q2 q3 q4 q5 q6 q7 q8 q9 q11 q14 q17 q18 q20 q21 q22)
+    QUERIES=(q0 q1 q2 q3 q4 q5 q6 q7 q8 q9 q11 q14 q17 q18 q19 q20 q21 q22)
 fi
 
 cargo build --release -p weir-bench >&2

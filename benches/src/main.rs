@@ -40,13 +40,13 @@ enum Job {
     /// Recovery time: builds `--keys` keys of `--value-bytes` each in RocksDB, checkpoints,
     /// then measures a restart that restores them (start → state loaded and running).
     Recovery(RecoveryArgs),
-    /// One Nexmark query over a bounded generated stream (q0-q8, q11, q14, q18, q21, q22).
+    /// One Nexmark query over a bounded generated stream (q0-q9, q11, q14, q17-q22).
     Nexmark(NexmarkArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]
 struct NexmarkArgs {
-    /// The query: q0, q1, q2, q3, q4, q5, q7, q8, q11, q14, q18, q21 or q22.
+    /// The query: q0 to q9, q11, q14, q17, q18, q19, q20, q21 or q22.
     #[arg(long)]
     query: String,
     /// Events generated in all (persons, auctions and bids).

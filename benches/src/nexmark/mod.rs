@@ -24,6 +24,7 @@ pub mod q11;
 pub mod q14;
 pub mod q17;
 pub mod q18;
+pub mod q19;
 pub mod q2;
 pub mod q20;
 pub mod q21;

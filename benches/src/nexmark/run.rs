@@ -10,8 +10,8 @@ use weir::BackendKind;
 
 /// The queries the runner knows, in order.
 pub const QUERIES: &[&str] = &[
-    "q0", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "q11", "q14", "q17", "q18", "q20",
-    "q21", "q22",
+    "q0", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "q11", "q14", "q17", "q18", "q19",
+    "q20", "q21", "q22",
 ];
 
 /// How to run a query.
@@ -72,6 +72,7 @@ pub fn build(query: &str, events: &Stream<Event>, counter: &Arc<AtomicU64>) -> R
         "q14" => count(q14::query(events), counter),
         "q17" => count(q17::query(events), counter),
         "q18" => count(q18::query(events), counter),
+        "q19" => count(q19::query(events), counter),
         "q20" => count(q20::query(events), counter),
         "q21" => count(q21::query(events), counter),
         "q22" => count(q22::query(events), counter),
