@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use weir::prelude::*;
+use weir_bench::Counting;
 
 /// What a run produced.
 pub struct Run {
@@ -71,10 +72,8 @@ pub fn keyed_sum(events: u64, keys: u64, setup: &Setup) -> weir::Result<Run> {
         .key_by(|(k, _)| *k)
         .process(RunningSum::default)
         .name("running-sum")
-        .sink("count", move || Counting {
-            n: 0,
-            total: counter.clone(),
-            weight: |_: &(u64, i64)| 1,
+        .sink("count", move || {
+            Counting::new(counter.clone(), |_: &(u64, i64)| 1)
         });
     let r = env.execute("keyed-sum")?;
     Ok(Run {
@@ -97,10 +96,8 @@ pub fn window_count(events: u64, keys: u64, setup: &Setup) -> weir::Result<Run> 
         .key_by(|(k, _)| *k)
         .window(WindowAssigner::tumbling(1000))
         .aggregate(Count)
-        .sink("sum-counts", move || Counting {
-            n: 0,
-            total: counter.clone(),
-            weight: |c: &u64| *c,
+        .sink("sum-counts", move || {
+            Counting::new(counter.clone(), |c: &u64| *c)
         });
     let r = env.execute("window-count")?;
     Ok(Run {
@@ -108,25 +105,6 @@ pub fn window_count(events: u64, keys: u64, setup: &Setup) -> weir::Result<Run> 
         results: total.load(Ordering::SeqCst),
         checkpoints: r.checkpoints_completed,
     })
-}
-
-/// Sums a weight per record locally and adds it to a shared total at end of input.
-struct Counting<T> {
-    n: u64,
-    total: Arc<AtomicU64>,
-    weight: fn(&T) -> u64,
-}
-
-impl<T: 'static> SinkFunction<T> for Counting<T> {
-    #[inline]
-    fn invoke(&mut self, value: T, _ts: Timestamp) -> weir::Result<()> {
-        self.n += (self.weight)(&value);
-        Ok(())
-    }
-    fn finish(&mut self) -> weir::Result<()> {
-        self.total.fetch_add(self.n, Ordering::SeqCst);
-        Ok(())
-    }
 }
 
 /// Keeps a `value_bytes`-long value per key.

@@ -145,27 +145,7 @@ pub fn process_cpu_seconds() -> Option<f64> {
 
 fn count<T: Data>(stream: Stream<T>, counter: &Arc<AtomicU64>) {
     let total = counter.clone();
-    stream.sink("count", move || CountSink {
-        n: 0,
-        total: total.clone(),
+    stream.sink("count", move || {
+        crate::Counting::new(total.clone(), |_: &T| 1)
     });
-}
-
-/// Counts records locally and adds the count to a shared total at end of input (a black
-/// hole that proves the work was done).
-struct CountSink {
-    n: u64,
-    total: Arc<AtomicU64>,
-}
-
-impl<T: 'static> SinkFunction<T> for CountSink {
-    #[inline]
-    fn invoke(&mut self, _value: T, _ts: Timestamp) -> weir::Result<()> {
-        self.n += 1;
-        Ok(())
-    }
-    fn finish(&mut self) -> weir::Result<()> {
-        self.total.fetch_add(self.n, Ordering::SeqCst);
-        Ok(())
-    }
 }
