@@ -3,21 +3,10 @@
 use crate::config::NexmarkConfig;
 use crate::generator::{GeneratorConfig, splits};
 use crate::model::Event;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::time::Instant;
-use weir_core::codec;
-use weir_core::dsl::{SOURCE_BATCH, SourceContext, SourceFunction, SourceOutput};
+use weir_core::dsl::{SOURCE_BATCH, SourceContext, SourceFunction, SourceOutput, SplitPositions};
 use weir_core::graph::SourceStatus;
 use weir_core::{Error, Result};
-
-/// What a subtask checkpoints: the split count fixed at the job's first start and, per
-/// split it owns, how many events it has emitted.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Positions {
-    total: u64,
-    emitted: Vec<(u64, u64)>,
-}
 
 /// The Nexmark generator as a source of [`Event`]s, each emitted with its `date_time` as
 /// event timestamp.
@@ -42,8 +31,8 @@ struct Positions {
 /// ```
 pub struct NexmarkSource {
     generators: Vec<GeneratorConfig>,
-    /// The splits this subtask owns and the events each has emitted.
-    mine: BTreeMap<u64, u64>,
+    /// The splits (generators) this subtask owns and the events each has emitted.
+    splits: SplitPositions,
     paced: bool,
     started: Option<Instant>,
 }
@@ -59,12 +48,9 @@ impl NexmarkSource {
             "Nexmark needs at least one generator and a positive event rate"
         );
         let generators = splits(&config);
-        let mine = Self::owned(generators.len() as u64, &ctx)
-            .map(|s| (s, 0))
-            .collect();
         NexmarkSource {
+            splits: SplitPositions::new(generators.len() as u32, &ctx),
             generators,
-            mine,
             paced: false,
             started: None,
         }
@@ -77,14 +63,10 @@ impl NexmarkSource {
         self
     }
 
-    fn owned(total: u64, ctx: &SourceContext) -> impl Iterator<Item = u64> + use<> {
-        let (r, p) = (ctx.subtask as u64, ctx.parallelism as u64);
-        (0..total).filter(move |s| s % p == r)
-    }
-
     /// The next (split, timestamp) to emit: the owned split whose next event is earliest.
-    fn next_split(&self) -> Option<(u64, i64)> {
-        self.mine
+    fn next_split(&self) -> Option<(u32, i64)> {
+        self.splits
+            .positions()
             .iter()
             .filter(|(s, c)| **c < self.generators[**s as usize].max_events)
             .map(|(s, c)| (*s, self.generators[*s as usize].timestamp(*c)))
@@ -94,30 +76,15 @@ impl NexmarkSource {
 
 impl SourceFunction<Event> for NexmarkSource {
     fn restore(&mut self, states: &[Vec<u8>], ctx: &SourceContext) -> Result<()> {
-        let mut total = None;
-        let mut all = BTreeMap::new();
-        for bytes in states {
-            let st: Positions = codec::decode(bytes)?;
-            if *total.get_or_insert(st.total) != st.total {
-                return Err(Error::Config(
-                    "the checkpoint holds Nexmark positions of different split counts".into(),
-                ));
-            }
-            all.extend(st.emitted);
-        }
-        let Some(total) = total else {
-            return Ok(());
-        };
-        if total != self.generators.len() as u64 {
+        self.splits.restore(states, ctx)?;
+        let total = self.splits.total() as usize;
+        if total != self.generators.len() {
             return Err(Error::Config(format!(
                 "the checkpoint's Nexmark source has {total} generators but this job configures \
                  {}: resume with the same num_event_generators",
                 self.generators.len()
             )));
         }
-        self.mine = Self::owned(total, ctx)
-            .map(|s| (s, all.get(&s).copied().unwrap_or(0)))
-            .collect();
         Ok(())
     }
 
@@ -129,9 +96,10 @@ impl SourceFunction<Event> for NexmarkSource {
         } else {
             None
         };
-        if self.mine.len() == 1 {
+        let positions = self.splits.positions_mut();
+        if positions.len() == 1 {
             // One split per subtask (the common case): a tight loop.
-            let (&s, count) = self.mine.iter_mut().next().expect("one split");
+            let (&s, count) = positions.iter_mut().next().expect("one split");
             let g = &self.generators[s as usize];
             let end = g.max_events.min(*count + SOURCE_BATCH as u64);
             while *count < end {
@@ -159,7 +127,11 @@ impl SourceFunction<Event> for NexmarkSource {
             {
                 return Ok(SourceStatus::Idle((ts - d).clamp(1, 50) as u64));
             }
-            let count = self.mine.get_mut(&s).expect("owned split");
+            let count = self
+                .splits
+                .positions_mut()
+                .get_mut(&s)
+                .expect("owned split");
             out.emit_at(self.generators[s as usize].event(*count), ts)?;
             *count += 1;
         }
@@ -167,16 +139,10 @@ impl SourceFunction<Event> for NexmarkSource {
     }
 
     fn snapshot(&mut self) -> Result<Option<(Vec<u8>, String)>> {
-        let st = Positions {
-            total: self.generators.len() as u64,
-            emitted: self.mine.iter().map(|(s, c)| (*s, *c)).collect(),
-        };
-        let desc = self
-            .mine
-            .iter()
-            .map(|(s, c)| format!("generator {s}/{}: {c} events", st.total))
-            .collect::<Vec<_>>()
-            .join(", ");
-        Ok(Some((codec::encode(&st)?, desc)))
+        let (bytes, desc) = self.splits.snapshot()?;
+        Ok(Some((
+            bytes,
+            format!("Nexmark events emitted per generator: {desc}"),
+        )))
     }
 }

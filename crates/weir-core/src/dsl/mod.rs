@@ -15,6 +15,7 @@ mod windowed;
 pub use connected::{ConnectedStreams, JoinedStreams, KeyedConnectedStreams, WindowedJoin};
 pub use keyed::KeyedStream;
 pub use sources::{GeneratorSource, SOURCE_BATCH, SourceContext, SourceFunction, SourceOutput};
+pub use splits::SplitPositions;
 pub use stream::{OutputTag, Stream};
 pub use windowed::WindowedStream;
 

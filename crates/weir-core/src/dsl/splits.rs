@@ -21,23 +21,52 @@ struct SplitState {
     positions: Vec<(u32, u64)>,
 }
 
-/// This subtask's splits and their positions.
+/// A split-based source's positions: the split count, fixed when the job first starts,
+/// and a position for each split this subtask owns (subtask `r` of `P` owns the splits
+/// `s` with `s % P == r`). Restoring merges the positions of every old subtask and takes
+/// this subtask's share, so a source resumes exactly at any parallelism.
+///
+/// ```
+/// use weir_core::dsl::{SourceContext, SplitPositions};
+/// let ctx = SourceContext { subtask: 1, parallelism: 2 };
+/// let mut p = SplitPositions::new(5, &ctx);
+/// assert_eq!(p.positions().keys().copied().collect::<Vec<_>>(), vec![1, 3]);
+/// *p.positions_mut().get_mut(&3).unwrap() = 7;
+/// let (bytes, desc) = p.snapshot().unwrap();
+/// assert_eq!(desc, "split 1/5: 0, split 3/5: 7");
+/// // Restored into one subtask: it owns every split, with the saved positions.
+/// let mut one = SplitPositions::new(1, &SourceContext { subtask: 0, parallelism: 1 });
+/// one.restore(&[bytes], &SourceContext { subtask: 0, parallelism: 1 }).unwrap();
+/// assert_eq!(one.total(), 5);
+/// assert_eq!(one.positions().get(&3), Some(&7));
+/// ```
 #[derive(Debug, Clone)]
-struct Splits {
+pub struct SplitPositions {
     total: u32,
     mine: BTreeMap<u32, u64>,
 }
 
-impl Splits {
-    fn fresh(ctx: &SourceContext) -> Self {
-        let total = ctx.parallelism as u32;
-        Splits {
-            total,
-            mine: BTreeMap::from([(ctx.subtask as u32, 0)]),
-        }
+impl SplitPositions {
+    /// `total` splits, this subtask's share of them at position 0.
+    pub fn new(total: u32, ctx: &SourceContext) -> Self {
+        let mine = (0..total)
+            .filter(|s| *s as usize % ctx.parallelism == ctx.subtask)
+            .map(|s| (s, 0))
+            .collect();
+        SplitPositions { total, mine }
     }
 
-    fn restore(states: &[Vec<u8>], ctx: &SourceContext) -> Result<Self> {
+    /// As many splits as the source's parallelism: one per subtask.
+    fn fresh(ctx: &SourceContext) -> Self {
+        Self::new(ctx.parallelism as u32, ctx)
+    }
+
+    /// Replaces the positions with this subtask's share of the checkpointed ones (the
+    /// snapshots of every old subtask). Without snapshots, nothing changes.
+    ///
+    /// # Errors
+    /// When the snapshots do not decode or disagree on the split count.
+    pub fn restore(&mut self, states: &[Vec<u8>], ctx: &SourceContext) -> Result<()> {
         let mut total = None;
         let mut all = BTreeMap::new();
         for s in states {
@@ -49,17 +78,36 @@ impl Splits {
             }
             all.extend(st.positions);
         }
-        let Some(total) = total else {
-            return Ok(Splits::fresh(ctx));
-        };
-        let mine = (0..total)
-            .filter(|s| *s as usize % ctx.parallelism == ctx.subtask)
-            .map(|s| (s, all.get(&s).copied().unwrap_or(0)))
-            .collect();
-        Ok(Splits { total, mine })
+        if let Some(total) = total {
+            let mut restored = Self::new(total, ctx);
+            for (s, p) in restored.mine.iter_mut() {
+                *p = all.get(s).copied().unwrap_or(0);
+            }
+            *self = restored;
+        }
+        Ok(())
     }
 
-    fn snapshot(&self) -> Result<(Vec<u8>, String)> {
+    /// The number of splits.
+    pub fn total(&self) -> u32 {
+        self.total
+    }
+
+    /// This subtask's splits and their positions.
+    pub fn positions(&self) -> &BTreeMap<u32, u64> {
+        &self.mine
+    }
+
+    /// This subtask's splits and their positions, to advance.
+    pub fn positions_mut(&mut self) -> &mut BTreeMap<u32, u64> {
+        &mut self.mine
+    }
+
+    /// The checkpointed form, with a summary (`split 1/4: 120, split 3/4: 118`).
+    ///
+    /// # Errors
+    /// When encoding fails.
+    pub fn snapshot(&self) -> Result<(Vec<u8>, String)> {
         let st = SplitState {
             total: self.total,
             positions: self.mine.iter().map(|(s, p)| (*s, *p)).collect(),
@@ -79,7 +127,7 @@ pub(crate) struct TextFileSource {
     path: PathBuf,
     reader: Option<std::io::BufReader<std::fs::File>>,
     line_no: u64,
-    splits: Splits,
+    splits: SplitPositions,
     rate: Option<RateLimit>,
 }
 
@@ -114,7 +162,7 @@ impl TextFileSource {
             path,
             reader: None,
             line_no: 0,
-            splits: Splits::fresh(&ctx),
+            splits: SplitPositions::fresh(&ctx),
             rate,
         }
     }
@@ -122,8 +170,7 @@ impl TextFileSource {
 
 impl SourceFunction<String> for TextFileSource {
     fn restore(&mut self, states: &[Vec<u8>], ctx: &SourceContext) -> Result<()> {
-        self.splits = Splits::restore(states, ctx)?;
-        Ok(())
+        self.splits.restore(states, ctx)
     }
 
     fn open(&mut self, _ctx: &SourceContext) -> Result<()> {
@@ -202,7 +249,7 @@ impl SourceFunction<String> for TextFileSource {
 pub struct GeneratorSource {
     events: u64,
     keys: u64,
-    splits: Splits,
+    splits: SplitPositions,
 }
 
 impl GeneratorSource {
@@ -211,7 +258,7 @@ impl GeneratorSource {
         GeneratorSource {
             events,
             keys: keys.max(1),
-            splits: Splits::fresh(&ctx),
+            splits: SplitPositions::fresh(&ctx),
         }
     }
 
@@ -231,8 +278,7 @@ impl GeneratorSource {
 
 impl SourceFunction<(u64, i64)> for GeneratorSource {
     fn restore(&mut self, states: &[Vec<u8>], ctx: &SourceContext) -> Result<()> {
-        self.splits = Splits::restore(states, ctx)?;
-        Ok(())
+        self.splits.restore(states, ctx)
     }
 
     fn poll(&mut self, out: &mut SourceOutput<'_, (u64, i64)>) -> Result<SourceStatus> {
