@@ -12,5 +12,6 @@ mod joins;
 mod operators;
 mod parallelism;
 mod sources_sinks;
+mod state_kinds;
 mod timers;
 mod windows;

@@ -40,7 +40,7 @@ pub mod prelude {
     pub use crate::ops::keyed::{AggregateFunction, Count, KeyedContext, KeyedProcessFunction};
     pub use crate::ops::sink::{Collected, SinkContext, SinkFunction};
     pub use crate::output::Collector;
-    pub use crate::state::{ListState, MapState, StateContext, ValueState};
+    pub use crate::state::{ListState, MapState, ReducingState, StateContext, ValueState};
     pub use crate::time::{MAX_WATERMARK, MIN_WATERMARK, NO_TIMESTAMP, Timestamp};
     pub use crate::timer::TimeDomain;
     pub use crate::watermark::WatermarkStrategy;

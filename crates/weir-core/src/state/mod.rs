@@ -201,6 +201,7 @@ impl<K: Key> StateContext<K> {
     /// Creates a value state whose entries expire `ttl` after they were last written
     /// (processing time): an expired value reads as absent. Expired entries keep their
     /// space until the key is written or cleared again (no background cleanup yet).
+    /// The write time is stored with the value, so it survives checkpoints and restores.
     ///
     /// ```
     /// use weir_core::state::{KeyContext, StateContext};
@@ -227,8 +228,150 @@ impl<K: Key> StateContext<K> {
         Ok(ValueState {
             inner: Box::new(Ttl {
                 inner,
-                ttl_ms: ttl.as_millis() as i64,
+                ttl_ms: ttl_ms(ttl),
             }),
+        })
+    }
+
+    /// Creates a list state whose elements expire `ttl` after each was added (processing
+    /// time): expired elements are left out of [`ListState::get`]. They keep their space
+    /// until the key's list is replaced ([`ListState::update`]) or cleared.
+    ///
+    /// ```
+    /// use weir_core::state::{KeyContext, StateContext};
+    /// # struct NoBackend;
+    /// # impl weir_core::state::KeyedStateBackend for NoBackend {
+    /// #   fn name(&self) -> &'static str { "test" }
+    /// #   fn register(&mut self, _: &str, _: std::rc::Rc<dyn weir_core::state::StateTableInfo>) -> weir_core::Result<()> { Ok(()) }
+    /// #   fn entries(&self) -> usize { 0 }
+    /// #   fn snapshot(&self, _: weir_core::ids::CheckpointId) -> weir_core::Result<weir_core::state::BackendSnapshot> { Ok(Default::default()) }
+    /// # }
+    /// let key = KeyContext::<u32>::new();
+    /// let mut ctx = StateContext::new(key.clone(), Box::new(NoBackend));
+    /// let hour = std::time::Duration::from_secs(3600);
+    /// let mut recent = ctx.list_state_with_ttl::<u32>("recent", hour).unwrap();
+    /// key.set(1);
+    /// recent.add(7).unwrap();
+    /// recent.add(8).unwrap();
+    /// assert_eq!(recent.get().unwrap(), vec![7, 8]); // both younger than an hour
+    /// ```
+    pub fn list_state_with_ttl<V: Data>(
+        &mut self,
+        name: &str,
+        ttl: std::time::Duration,
+    ) -> Result<ListState<V>> {
+        let inner = self.list_state::<(V, i64)>(name)?;
+        Ok(ListState {
+            inner: Box::new(TtlList {
+                inner,
+                ttl_ms: ttl_ms(ttl),
+            }),
+        })
+    }
+
+    /// Creates a map state whose entries expire `ttl` after they were last put
+    /// (processing time): an expired entry reads as absent in [`MapState::get`],
+    /// [`MapState::remove`] and [`MapState::entries`]. It keeps its space until its user
+    /// key is put or removed, or the key's map is cleared.
+    ///
+    /// ```
+    /// use weir_core::state::{KeyContext, StateContext};
+    /// # struct NoBackend;
+    /// # impl weir_core::state::KeyedStateBackend for NoBackend {
+    /// #   fn name(&self) -> &'static str { "test" }
+    /// #   fn register(&mut self, _: &str, _: std::rc::Rc<dyn weir_core::state::StateTableInfo>) -> weir_core::Result<()> { Ok(()) }
+    /// #   fn entries(&self) -> usize { 0 }
+    /// #   fn snapshot(&self, _: weir_core::ids::CheckpointId) -> weir_core::Result<weir_core::state::BackendSnapshot> { Ok(Default::default()) }
+    /// # }
+    /// let key = KeyContext::<u32>::new();
+    /// let mut ctx = StateContext::new(key.clone(), Box::new(NoBackend));
+    /// let mut sessions = ctx
+    ///     .map_state_with_ttl::<String, u64>("sessions", std::time::Duration::ZERO)
+    ///     .unwrap();
+    /// key.set(1);
+    /// sessions.put("a".into(), 1).unwrap();
+    /// assert_eq!(sessions.get(&"a".into()).unwrap(), None); // a zero TTL expires at once
+    /// assert!(sessions.entries().unwrap().is_empty());
+    /// ```
+    pub fn map_state_with_ttl<UK: Key, UV: Data>(
+        &mut self,
+        name: &str,
+        ttl: std::time::Duration,
+    ) -> Result<MapState<UK, UV>> {
+        let inner = self.map_state::<UK, (UV, i64)>(name)?;
+        Ok(MapState {
+            inner: Box::new(TtlMap {
+                inner,
+                ttl_ms: ttl_ms(ttl),
+            }),
+        })
+    }
+
+    /// Creates a reducing state: one value per key, into which [`ReducingState::add`]
+    /// folds each new value with `reduce` (a running sum, a maximum, ...).
+    ///
+    /// ```
+    /// use weir_core::state::{KeyContext, StateContext};
+    /// # struct NoBackend;
+    /// # impl weir_core::state::KeyedStateBackend for NoBackend {
+    /// #   fn name(&self) -> &'static str { "test" }
+    /// #   fn register(&mut self, _: &str, _: std::rc::Rc<dyn weir_core::state::StateTableInfo>) -> weir_core::Result<()> { Ok(()) }
+    /// #   fn entries(&self) -> usize { 0 }
+    /// #   fn snapshot(&self, _: weir_core::ids::CheckpointId) -> weir_core::Result<weir_core::state::BackendSnapshot> { Ok(Default::default()) }
+    /// # }
+    /// let key = KeyContext::<String>::new();
+    /// let mut ctx = StateContext::new(key.clone(), Box::new(NoBackend));
+    /// let mut max = ctx.reducing_state::<i64>("max", |a, b| a.max(b)).unwrap();
+    /// key.set("alice".into());
+    /// max.add(3).unwrap();
+    /// max.add(9).unwrap();
+    /// max.add(5).unwrap();
+    /// assert_eq!(max.get().unwrap(), Some(9));
+    /// key.set("bob".into());
+    /// assert_eq!(max.get().unwrap(), None);
+    /// ```
+    pub fn reducing_state<V: Data>(
+        &mut self,
+        name: &str,
+        reduce: impl Fn(V, V) -> V + 'static,
+    ) -> Result<ReducingState<V>> {
+        Ok(ReducingState {
+            value: self.value_state(name)?,
+            reduce: Box::new(reduce),
+        })
+    }
+
+    /// Creates a reducing state whose value expires `ttl` after it was last written
+    /// (every [`ReducingState::add`] writes it): once expired, the next `add` starts
+    /// afresh from the added value.
+    ///
+    /// ```
+    /// use weir_core::state::{KeyContext, StateContext};
+    /// # struct NoBackend;
+    /// # impl weir_core::state::KeyedStateBackend for NoBackend {
+    /// #   fn name(&self) -> &'static str { "test" }
+    /// #   fn register(&mut self, _: &str, _: std::rc::Rc<dyn weir_core::state::StateTableInfo>) -> weir_core::Result<()> { Ok(()) }
+    /// #   fn entries(&self) -> usize { 0 }
+    /// #   fn snapshot(&self, _: weir_core::ids::CheckpointId) -> weir_core::Result<weir_core::state::BackendSnapshot> { Ok(Default::default()) }
+    /// # }
+    /// let key = KeyContext::<u32>::new();
+    /// let mut ctx = StateContext::new(key.clone(), Box::new(NoBackend));
+    /// let mut sum = ctx
+    ///     .reducing_state_with_ttl::<i64>("sum", |a, b| a + b, std::time::Duration::ZERO)
+    ///     .unwrap();
+    /// key.set(1);
+    /// sum.add(2).unwrap();
+    /// assert_eq!(sum.get().unwrap(), None); // expired at once: nothing to fold into
+    /// ```
+    pub fn reducing_state_with_ttl<V: Data>(
+        &mut self,
+        name: &str,
+        reduce: impl Fn(V, V) -> V + 'static,
+        ttl: std::time::Duration,
+    ) -> Result<ReducingState<V>> {
+        Ok(ReducingState {
+            value: self.value_state_with_ttl(name, ttl)?,
+            reduce: Box::new(reduce),
         })
     }
 
@@ -315,12 +458,92 @@ fn now_ms() -> i64 {
 impl<V> ValueAccess<V> for Ttl<V> {
     fn get(&self) -> Result<Option<V>> {
         Ok(match self.inner.get()? {
-            Some((v, written)) if now_ms() - written < self.ttl_ms => Some(v),
+            Some((v, written)) if alive(written, now_ms(), self.ttl_ms) => Some(v),
             _ => None,
         })
     }
     fn set(&mut self, value: V) -> Result<()> {
         self.inner.set((value, now_ms()))
+    }
+    fn clear(&mut self) -> Result<()> {
+        self.inner.clear()
+    }
+}
+
+fn ttl_ms(ttl: std::time::Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// True when something written at `written` (Unix ms) is still alive at `now`.
+fn alive(written: i64, now: i64, ttl_ms: i64) -> bool {
+    now.saturating_sub(written) < ttl_ms
+}
+
+/// A list state with a time-to-live per element: stores each element's write time.
+struct TtlList<V> {
+    inner: ListState<(V, i64)>,
+    ttl_ms: i64,
+}
+
+impl<V> ListAccess<V> for TtlList<V> {
+    fn get(&self) -> Result<Vec<V>> {
+        let now = now_ms();
+        Ok(self
+            .inner
+            .get()?
+            .into_iter()
+            .filter(|(_, w)| alive(*w, now, self.ttl_ms))
+            .map(|(v, _)| v)
+            .collect())
+    }
+    fn add(&mut self, value: V) -> Result<()> {
+        self.inner.add((value, now_ms()))
+    }
+    fn update(&mut self, values: Vec<V>) -> Result<()> {
+        let now = now_ms();
+        self.inner
+            .update(values.into_iter().map(|v| (v, now)).collect())
+    }
+    fn clear(&mut self) -> Result<()> {
+        self.inner.clear()
+    }
+}
+
+/// A map state with a time-to-live per entry: stores each entry's write time.
+struct TtlMap<UK, UV> {
+    inner: MapState<UK, (UV, i64)>,
+    ttl_ms: i64,
+}
+
+impl<UK, UV> MapAccess<UK, UV> for TtlMap<UK, UV> {
+    fn get(&self, k: &UK) -> Result<Option<UV>> {
+        let now = now_ms();
+        Ok(self
+            .inner
+            .get(k)?
+            .filter(|(_, w)| alive(*w, now, self.ttl_ms))
+            .map(|(v, _)| v))
+    }
+    fn put(&mut self, k: UK, v: UV) -> Result<()> {
+        self.inner.put(k, (v, now_ms()))
+    }
+    fn remove(&mut self, k: &UK) -> Result<Option<UV>> {
+        let now = now_ms();
+        Ok(self
+            .inner
+            .remove(k)?
+            .filter(|(_, w)| alive(*w, now, self.ttl_ms))
+            .map(|(v, _)| v))
+    }
+    fn entries(&self) -> Result<Vec<(UK, UV)>> {
+        let now = now_ms();
+        Ok(self
+            .inner
+            .entries()?
+            .into_iter()
+            .filter(|(_, (_, w))| alive(*w, now, self.ttl_ms))
+            .map(|(k, (v, _))| (k, v))
+            .collect())
     }
     fn clear(&mut self) -> Result<()> {
         self.inner.clear()
@@ -477,6 +700,32 @@ impl<UK, UV> MapState<UK, UV> {
     /// Removes the current key's map.
     pub fn clear(&mut self) -> Result<()> {
         self.inner.clear()
+    }
+}
+
+/// One value per key that new values are folded into, scoped to the key being processed.
+/// Created by [`StateContext::reducing_state`]; stored like a [`ValueState`].
+pub struct ReducingState<V> {
+    value: ValueState<V>,
+    reduce: Box<dyn Fn(V, V) -> V>,
+}
+
+impl<V> ReducingState<V> {
+    /// The current key's reduced value, if anything was added.
+    pub fn get(&self) -> Result<Option<V>> {
+        self.value.get()
+    }
+    /// Folds `value` into the current key's value (or stores it, if there is none).
+    pub fn add(&mut self, value: V) -> Result<()> {
+        let next = match self.value.get()? {
+            Some(acc) => (self.reduce)(acc, value),
+            None => value,
+        };
+        self.value.set(next)
+    }
+    /// Removes the current key's value.
+    pub fn clear(&mut self) -> Result<()> {
+        self.value.clear()
     }
 }
 
