@@ -8,24 +8,67 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, Top
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// How long a metadata or admin request may take before the broker counts as unreachable.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A short-lived metadata client for `brokers`.
-pub(crate) fn metadata_client(brokers: &str) -> Result<BaseConsumer> {
-    ClientConfig::new()
+/// The isolation level of the clients used only for metadata (it does not matter there).
+const METADATA: &str = "read_committed";
+
+type Clients = Mutex<HashMap<(String, &'static str), Arc<BaseConsumer>>>;
+
+/// The metadata clients of this process, by brokers and isolation level.
+static CLIENTS: OnceLock<Clients> = OnceLock::new();
+
+fn clients() -> std::sync::MutexGuard<'static, HashMap<(String, &'static str), Arc<BaseConsumer>>> {
+    CLIENTS
+        .get_or_init(Clients::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// A metadata client for `brokers` reading with `isolation`, shared by every look-up in
+/// this process.
+///
+/// A job opens its sources and sinks with a dozen look-ups (partitions, end offsets, broker
+/// settings); a client per look-up cost a connection and a thread start and stop each —
+/// most of a second before the first record. The shared client stays connected (librdkafka
+/// reconnects it as needed); one that failed to reach its brokers is dropped (see
+/// [`forget`]), so the next look-up starts afresh.
+pub(crate) fn metadata_client(brokers: &str, isolation: &'static str) -> Result<Arc<BaseConsumer>> {
+    let mut clients = clients();
+    if let Some(c) = clients.get(&(brokers.to_string(), isolation)) {
+        return Ok(c.clone());
+    }
+    let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("socket.timeout.ms", "10000")
+        // The end offset a ListOffsets request returns depends on it: librdkafka's default,
+        // read_committed, gives the last stable offset.
+        .set("isolation.level", isolation)
         .create()
-        .map_err(|e| KafkaError::Config(format!("cannot create a Kafka client for {brokers}: {e}")))
+        .map_err(|e| {
+            KafkaError::Config(format!("cannot create a Kafka client for {brokers}: {e}"))
+        })?;
+    let c = Arc::new(c);
+    clients.insert((brokers.to_string(), isolation), c.clone());
+    Ok(c)
+}
+
+/// Drops the shared clients of `brokers` after a look-up failed to reach them: a later
+/// look-up (a restart, a retry) connects afresh instead of inheriting the failed client's
+/// back-off, and nothing keeps reconnecting to brokers the process gave up on.
+fn forget(brokers: &str) {
+    clients().retain(|(b, _), _| b != brokers);
 }
 
 /// The partitions of `topic`, sorted; a clear error when the broker cannot be reached or
 /// the topic does not exist.
 pub fn partitions(brokers: &str, topic: &str) -> Result<Vec<i32>> {
-    let c = metadata_client(brokers)?;
+    let c = metadata_client(brokers, METADATA)?;
     let md = c
         .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
         .map_err(|e| unreachable(brokers, &e))?;
@@ -72,19 +115,16 @@ pub fn stable_watermarks(brokers: &str, topic: &str, partition: i32) -> Result<(
     offsets(brokers, topic, partition, "read_committed")
 }
 
-fn offsets(brokers: &str, topic: &str, partition: i32, isolation: &str) -> Result<(i64, i64)> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("socket.timeout.ms", "10000")
-        // The end offset a ListOffsets request returns depends on it: librdkafka's default,
-        // read_committed, gives the last stable offset.
-        .set("isolation.level", isolation)
-        .create()
+fn offsets(
+    brokers: &str,
+    topic: &str,
+    partition: i32,
+    isolation: &'static str,
+) -> Result<(i64, i64)> {
+    metadata_client(brokers, isolation)?
+        .fetch_watermarks(topic, partition, REQUEST_TIMEOUT)
         .map_err(|e| {
-            KafkaError::Config(format!("cannot create a Kafka client for {brokers}: {e}"))
-        })?;
-    c.fetch_watermarks(topic, partition, REQUEST_TIMEOUT)
-        .map_err(|e| {
+            forget(brokers);
             KafkaError::Broker(format!(
                 "cannot read the offsets of {topic}/{partition} from {brokers}: {e}"
             ))
@@ -93,7 +133,7 @@ fn offsets(brokers: &str, topic: &str, partition: i32, isolation: &str) -> Resul
 
 /// A broker setting (of the first broker in the metadata), as the broker reports it.
 pub fn broker_setting(brokers: &str, name: &str) -> Result<Option<String>> {
-    let c = metadata_client(brokers)?;
+    let c = metadata_client(brokers, METADATA)?;
     let md = c
         .fetch_metadata(None, REQUEST_TIMEOUT)
         .map_err(|e| unreachable(brokers, &e))?;
@@ -129,7 +169,7 @@ pub fn ensure_topic(
     }
     let admin = admin_client(brokers)?;
     let replication = {
-        let c = metadata_client(brokers)?;
+        let c = metadata_client(brokers, METADATA)?;
         let md = c
             .fetch_metadata(None, REQUEST_TIMEOUT)
             .map_err(|e| unreachable(brokers, &e))?;
@@ -179,6 +219,7 @@ fn admin_client(brokers: &str) -> Result<AdminClient<DefaultClientContext>> {
 }
 
 fn unreachable(brokers: &str, e: &rdkafka::error::KafkaError) -> KafkaError {
+    forget(brokers);
     KafkaError::Unreachable {
         brokers: brokers.to_string(),
         detail: e.to_string(),

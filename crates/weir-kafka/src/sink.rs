@@ -353,48 +353,79 @@ impl<T: 'static> KafkaSinkFunction<T> {
         Ok(())
     }
 
-    fn open_exactly_once(&mut self) -> Result<()> {
-        admin::ensure_topic(&self.cfg.brokers, &self.marker_topic, 1, &[])?;
-        self.marker_partitions =
-            admin::partitions(&self.cfg.brokers, &self.marker_topic)?.len() as i32;
-        // Fencing first: ids of lineages this subtask takes over from a previous run.
+    /// Creates the producer of a transactional id and initialises it, which fences every
+    /// earlier producer of that id and aborts its open transaction.
+    fn init_producer(&self, id: &str, what: &str) -> Result<Prod> {
+        let p = self.producer(Some(id))?;
+        p.init_transactions(KAFKA_TIMEOUT)
+            .map_err(|e| KafkaError::Broker(format!("{what} transactional id '{id}': {e}")))?;
+        Ok(p)
+    }
+
+    fn open_exactly_once(&mut self, ctx: &SinkContext) -> Result<()> {
         let restored = self.restored.take();
-        // Runs announce their parallelism before they write (below), so lineages of a run
-        // that crashed before its first checkpoint are fenced too.
-        let registered = self.registered()?;
-        let plan = plan_recovery_with(
-            &self.cfg.prefix,
-            restored.as_ref().map(|r| r.1.as_slice()).unwrap_or(&[]),
-            self.lineage,
-            self.parallelism,
-            self.cfg.pool,
-            registered,
-        );
         let own: Vec<String> = (0..self.cfg.pool)
             .map(|s| transactional_id(&self.cfg.prefix, self.lineage, s))
             .collect();
-        for id in plan.fence.iter().filter(|id| !own.contains(id)) {
-            let p = self.producer(Some(id))?;
-            p.init_transactions(KAFKA_TIMEOUT)
-                .map_err(|e| KafkaError::Broker(format!("fencing transactional id '{id}': {e}")))?;
-        }
-        self.producers.clear();
-        for id in &own {
-            let p = self.producer(Some(id))?;
-            p.init_transactions(KAFKA_TIMEOUT).map_err(|e| {
-                KafkaError::Broker(format!("initialising transactional id '{id}': {e}"))
-            })?;
-            self.producers.push(p);
-        }
-        // Subtask 0 announces this run before any transaction of it begins: sources emit
-        // nothing until every task has opened, and transactions begin with the first record.
-        let this_run = Registered {
-            parallelism: self.parallelism,
-            pool: self.cfg.pool,
-        };
-        if self.lineage == 0 && registered.max(this_run) != registered {
-            self.register(registered.max(this_run))?;
-        }
+        // Validation first: an unreachable broker or a wrong setting fails here within the
+        // metadata timeout, before anything waits on the longer transaction timeouts.
+        self.validate(ctx)?;
+        // Initialising a transactional id takes the broker a few hundred milliseconds
+        // (coordinator look-up, then InitProducerId). This subtask's own ids do not depend
+        // on anything below, so they are initialised meanwhile, and the ids to fence all at
+        // once; nothing is written before every one of them is done.
+        let this = &*self;
+        let (prepared, inited) = std::thread::scope(|s| {
+            let inited: Vec<_> = own
+                .iter()
+                .map(|id| s.spawn(move || this.init_producer(id, "initialising")))
+                .collect();
+            let prepared = (|| {
+                admin::ensure_topic(&this.cfg.brokers, &this.marker_topic, 1, &[])?;
+                let marker_partitions =
+                    admin::partitions(&this.cfg.brokers, &this.marker_topic)?.len() as i32;
+                // Runs announce their parallelism before they write (below), so lineages of
+                // a run that crashed before its first checkpoint are fenced too.
+                let registered = this.registered()?;
+                let plan = plan_recovery_with(
+                    &this.cfg.prefix,
+                    restored.as_ref().map(|r| r.1.as_slice()).unwrap_or(&[]),
+                    this.lineage,
+                    this.parallelism,
+                    this.cfg.pool,
+                    registered,
+                );
+                // Fencing: ids of lineages this subtask takes over from a previous run. Their
+                // producers are dropped once initialised: the bumped epoch is the fence.
+                let fenced: Vec<_> = plan
+                    .fence
+                    .iter()
+                    .filter(|id| !own.contains(id))
+                    .map(|id| {
+                        let id = id.clone();
+                        s.spawn(move || this.init_producer(&id, "fencing"))
+                    })
+                    .collect();
+                join_all(fenced)?;
+                // Subtask 0 announces this run before any transaction of it begins: sources
+                // emit nothing until every task has opened, and transactions begin with the
+                // first record.
+                let this_run = Registered {
+                    parallelism: this.parallelism,
+                    pool: this.cfg.pool,
+                };
+                if this.lineage == 0 && registered.max(this_run) != registered {
+                    this.register(registered.max(this_run))?;
+                }
+                Ok::<_, KafkaError>((marker_partitions, plan))
+            })();
+            (prepared, join_all(inited))
+        });
+        // An error of the marker topic or the registry explains more than the
+        // initialisation error it may cause.
+        let (marker_partitions, plan) = prepared?;
+        self.producers = inited?;
+        self.marker_partitions = marker_partitions;
         let seed = std::collections::hash_map::RandomState::new()
             .build_hasher()
             .finish()
@@ -803,6 +834,14 @@ fn position(c: &BaseConsumer, topic: &str, partition: i32) -> Option<i64> {
     }
 }
 
+/// Joins scoped threads that each made a producer, in order; the first error wins.
+fn join_all(handles: Vec<std::thread::ScopedJoinHandle<'_, Result<Prod>>>) -> Result<Vec<Prod>> {
+    handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+        .collect()
+}
+
 pub(crate) fn send(producer: &Prod, mut r: BaseRecord<'_, [u8], [u8], usize>) -> Result<()> {
     loop {
         match producer.send(r) {
@@ -885,10 +924,10 @@ impl<T: 'static> SinkFunction<T> for KafkaSinkFunction<T> {
         self.lineage = ctx.subtask as u32;
         self.parallelism = ctx.parallelism as u32;
         self.checkpointing = ctx.checkpointing;
-        self.validate(ctx)?;
         match self.cfg.guarantee {
-            DeliveryGuarantee::ExactlyOnce => self.open_exactly_once()?,
+            DeliveryGuarantee::ExactlyOnce => self.open_exactly_once(ctx)?,
             DeliveryGuarantee::AtLeastOnce => {
+                self.validate(ctx)?;
                 self.producers = vec![self.producer(None)?];
             }
         }

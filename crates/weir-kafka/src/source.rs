@@ -544,6 +544,8 @@ impl<T: 'static> SourceFunction<T> for KafkaSourceFunction<T> {
         let deser = self.cfg.deserializer.clone().expect("checked in open");
         let mut n = 0;
         let consumer = self.consumer.clone().expect("opened");
+        // One clock read per batch, not per record: idleness is measured in seconds.
+        let now = Instant::now();
         while n < SOURCE_BATCH {
             let Some(msg) = consumer.poll(Duration::ZERO) else {
                 break;
@@ -571,7 +573,7 @@ impl<T: 'static> SourceFunction<T> for KafkaSourceFunction<T> {
                     match deser(&rec) {
                         Ok(v) => {
                             let part = &mut self.parts[i];
-                            part.last_record = Instant::now();
+                            part.last_record = now;
                             if let Some(ts) = ts {
                                 part.max_ts = part.max_ts.max(ts);
                             }
