@@ -22,13 +22,33 @@ fn storage_err(e: weir_checkpoint::Error) -> Error {
     Error::Config(e.to_string())
 }
 
+/// What a manifest records of each operator, by operator id: node index, display name and
+/// parallelism. Owned, so that a checkpoint can be written on another thread.
+pub(crate) struct OperatorNames(HashMap<String, (usize, String, usize)>);
+
+impl OperatorNames {
+    pub(crate) fn new(graph: &Graph, plan: &Plan) -> Self {
+        OperatorNames(
+            graph
+                .nodes
+                .iter()
+                .map(|n| {
+                    (
+                        n.operator_id(),
+                        (n.id.0, n.name.clone(), plan.parallelism[n.id.0]),
+                    )
+                })
+                .collect(),
+        )
+    }
+}
+
 /// Writes checkpoint `id` from the tasks' acknowledgements and returns its path.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_checkpoint(
     storage: &CheckpointStorage,
     job_name: &str,
-    graph: &Graph,
-    plan: &Plan,
+    names: &OperatorNames,
     max_parallelism: usize,
     id: CheckpointId,
     kind: CheckpointKind,
@@ -37,20 +57,16 @@ pub(crate) fn write_checkpoint(
     shared: &mut HashMap<String, FileEntry>,
 ) -> Result<PathBuf> {
     let writer = storage.begin(id, kind).map_err(storage_err)?;
-    let by_id: HashMap<String, usize> = graph
-        .nodes
-        .iter()
-        .map(|n| (n.operator_id(), n.id.0))
-        .collect();
     let mut operators: BTreeMap<usize, OperatorManifest> = BTreeMap::new();
     // Sizes of what this checkpoint writes, and of everything it references.
     let mut written = 0u64;
     for (task, snapshots) in acks {
         let subtask = task.subtask.0;
         for (op_id, snap) in snapshots {
-            let node = *by_id.get(&op_id).ok_or_else(|| {
+            let (node, op_name, parallelism) = names.0.get(&op_id).ok_or_else(|| {
                 Error::Config(format!("internal: snapshot of unknown operator '{op_id}'"))
             })?;
+            let node = *node;
             let bytes = codec::encode(&snap)?;
             let name = format!("op{node}-{subtask}.state");
             let mut entries = vec![writer.write_file(&name, &bytes).map_err(storage_err)?];
@@ -77,11 +93,10 @@ pub(crate) fn write_checkpoint(
                 };
                 entries.push(entry);
             }
-            let spec = &graph.nodes[node];
             let op = operators.entry(node).or_insert_with(|| OperatorManifest {
                 uid: op_id.clone(),
-                name: spec.name.clone(),
-                parallelism: plan.parallelism[node],
+                name: op_name.clone(),
+                parallelism: *parallelism,
                 subtasks: Vec::new(),
             });
             op.subtasks.push(SubtaskManifest {

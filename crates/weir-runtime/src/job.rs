@@ -43,6 +43,148 @@ pub struct TaskStats {
     pub is_source: bool,
 }
 
+/// One task's acknowledgement payload: its operators' snapshots by operator id.
+type Snapshots = BTreeMap<String, OperatorSnapshot>;
+
+/// A checkpoint writer's report: checkpoint `id` is in storage (its path), or writing it
+/// failed.
+struct Written {
+    id: CheckpointId,
+    kind: CheckpointKind,
+    bytes: u64,
+    duration: Duration,
+    result: Result<PathBuf>,
+}
+
+/// A checkpoint to write: the tasks' acknowledgements and the coordinator's statistics.
+struct WriteJob {
+    id: CheckpointId,
+    kind: CheckpointKind,
+    acks: Vec<(TaskKey, Snapshots)>,
+    stats: weir_checkpoint::CheckpointStats,
+}
+
+/// The thread that writes completed checkpoints to storage, one after the other.
+struct CheckpointWriter {
+    jobs: Sender<WriteJob>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl CheckpointWriter {
+    fn start(
+        storage: CheckpointStorage,
+        job_name: &str,
+        names: checkpoints::OperatorNames,
+        max_parallelism: usize,
+        done: Sender<Written>,
+    ) -> Result<Self> {
+        let (jobs, rx) = crossbeam_channel::unbounded::<WriteJob>();
+        let job_name = job_name.to_string();
+        let thread = std::thread::Builder::new()
+            .name("weir-checkpoint-writer".into())
+            .spawn(move || {
+                // Which SST files storage already holds (incremental checkpoints).
+                let mut shared = HashMap::new();
+                for WriteJob {
+                    id,
+                    kind,
+                    acks,
+                    stats,
+                } in rx
+                {
+                    failpoint::hit("checkpoint.before_metadata");
+                    // A panic while writing must still end the checkpoint (as failed), or
+                    // the coordinator would wait for it forever.
+                    let result = catch_unwind(AssertUnwindSafe(|| {
+                        checkpoints::write_checkpoint(
+                            &storage,
+                            &job_name,
+                            &names,
+                            max_parallelism,
+                            id,
+                            kind,
+                            acks,
+                            &stats,
+                            &mut shared,
+                        )
+                    }))
+                    .unwrap_or_else(|p| Err(Error::from_panic(p)));
+                    if result.is_ok() {
+                        failpoint::hit("checkpoint.after_metadata");
+                    }
+                    let _ = done.send(Written {
+                        id,
+                        kind,
+                        bytes: stats.bytes,
+                        duration: stats.duration,
+                        result,
+                    });
+                }
+            })
+            .map_err(|e| {
+                Error::Config(format!("cannot start the checkpoint writer thread: {e}"))
+            })?;
+        Ok(CheckpointWriter { jobs, thread })
+    }
+
+    /// Queues checkpoint `id` for writing; its [`Written`] report follows.
+    fn write(
+        &self,
+        id: CheckpointId,
+        kind: CheckpointKind,
+        acks: Vec<(TaskKey, Snapshots)>,
+        stats: weir_checkpoint::CheckpointStats,
+    ) -> std::result::Result<(), String> {
+        self.jobs
+            .send(WriteJob {
+                id,
+                kind,
+                acks,
+                stats,
+            })
+            .map_err(|_| "the checkpoint writer thread has stopped".to_string())
+    }
+
+    /// Writes what is queued, then ends the thread.
+    fn finish(self) {
+        drop(self.jobs);
+        let _ = self.thread.join();
+    }
+}
+
+/// Tells the coordinator how writing a checkpoint ended; returns its next actions.
+fn on_written(
+    name: &str,
+    w: Written,
+    c: &mut Coordinator<Snapshots>,
+    savepoints: &mut Vec<PathBuf>,
+) -> Vec<Action<Snapshots>> {
+    let Written {
+        id,
+        kind,
+        bytes,
+        duration,
+        result,
+    } = w;
+    match result {
+        Ok(path) => {
+            tracing::info!(checkpoint = %id, bytes, duration_ms = duration.as_millis() as u64, path = %path.display(), "checkpoint complete");
+            if kind == CheckpointKind::Savepoint {
+                eprintln!(
+                    "[weir] job '{name}': savepoint {id} written to {}",
+                    path.display()
+                );
+                savepoints.push(path);
+            }
+            c.completed(Instant::now(), id)
+        }
+        Err(e) => {
+            tracing::warn!(checkpoint = %id, error = %e, "writing the checkpoint failed");
+            c.completion_failed(Instant::now(), id, e.to_string())
+        }
+    }
+}
+
 /// What a finished job reports.
 #[derive(Debug, Clone)]
 pub struct JobResult {
@@ -366,7 +508,7 @@ fn run_attempt(
                 max_concurrent: 1,
             };
             Some(
-                Coordinator::<BTreeMap<String, OperatorSnapshot>>::new(
+                Coordinator::<Snapshots>::new(
                     cc,
                     CoordParticipants::new(sources, others),
                     first_id,
@@ -399,7 +541,21 @@ fn run_attempt(
     let mut stop_after: Option<CheckpointId> = None;
     let mut stopped = false;
     let mut finished_sources = std::collections::HashSet::new();
-    let mut shared_files = HashMap::new();
+    // Checkpoints are written (files copied to storage, then the manifest) on a writer
+    // thread, in the order they completed, so this loop keeps handling acknowledgements,
+    // failures and progress while a large checkpoint uploads; the writer reports back on
+    // `written_rx`.
+    let (written_tx, written_rx) = crossbeam_channel::unbounded::<Written>();
+    let writer = match storage {
+        Some(storage) => Some(CheckpointWriter::start(
+            storage.clone(),
+            name,
+            checkpoints::OperatorNames::new(&job.graph, &job.plan),
+            job.cfg.max_parallelism,
+            written_tx,
+        )?),
+        None => None,
+    };
     while remaining > 0 {
         let now = Instant::now();
         let mut wake = now + Duration::from_millis(50);
@@ -410,7 +566,17 @@ fn run_attempt(
             wake = wake.min(d);
         }
         let mut actions = Vec::new();
-        match events_rx.recv_timeout(wake.saturating_duration_since(now)) {
+        let received = crossbeam_channel::select! {
+            recv(events_rx) -> m => m.map_err(|_| crossbeam_channel::RecvTimeoutError::Disconnected),
+            recv(written_rx) -> w => {
+                if let (Ok(w), Some(c)) = (w, coordinator.as_mut()) {
+                    actions.extend(on_written(name, w, c, &mut savepoints));
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout)
+            }
+            default(wake.saturating_duration_since(now)) => Err(crossbeam_channel::RecvTimeoutError::Timeout),
+        };
+        match received {
             Ok(TaskEvent::Ack {
                 task,
                 id,
@@ -517,36 +683,9 @@ fn run_attempt(
                     acks,
                     stats,
                 } => {
-                    let storage = storage.expect("checkpointing has storage");
-                    failpoint::hit("checkpoint.before_metadata");
-                    match checkpoints::write_checkpoint(
-                        storage,
-                        name,
-                        &job.graph,
-                        &job.plan,
-                        job.cfg.max_parallelism,
-                        id,
-                        kind,
-                        acks,
-                        &stats,
-                        &mut shared_files,
-                    ) {
-                        Ok(path) => {
-                            tracing::info!(checkpoint = %id, bytes = stats.bytes, duration_ms = stats.duration.as_millis() as u64, path = %path.display(), "checkpoint complete");
-                            if kind == CheckpointKind::Savepoint {
-                                eprintln!(
-                                    "[weir] job '{name}': savepoint {id} written to {}",
-                                    path.display()
-                                );
-                                savepoints.push(path.clone());
-                            }
-                            failpoint::hit("checkpoint.after_metadata");
-                            queue.extend(c.completed(Instant::now(), id));
-                        }
-                        Err(e) => {
-                            tracing::warn!(checkpoint = %id, error = %e, "writing the checkpoint failed");
-                            queue.extend(c.completion_failed(Instant::now(), id, e.to_string()));
-                        }
+                    let writer = writer.as_ref().expect("checkpointing has a writer");
+                    if let Err(e) = writer.write(id, kind, acks, stats) {
+                        queue.extend(c.completion_failed(Instant::now(), id, e));
                     }
                 }
                 Action::Notify { id, kind } => {
@@ -591,6 +730,11 @@ fn run_attempt(
     }
     for t in threads {
         let _ = t.join();
+    }
+    // A checkpoint still being written when the job ended is finished (or fails) before
+    // the job returns, so nothing writes to the checkpoint directory afterwards.
+    if let Some(w) = writer {
+        w.finish();
     }
     let result = if stopped && first_error.is_none() {
         Ok(())
