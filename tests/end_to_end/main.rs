@@ -7,6 +7,7 @@
 
 mod checkpoint_stats;
 mod connect;
+mod dedup;
 mod errors;
 mod joins;
 mod operators;

@@ -15,6 +15,7 @@ pub mod exchange;
 pub mod failpoint;
 pub mod graph;
 pub mod ids;
+pub mod metrics;
 pub mod ops;
 pub mod output;
 pub mod scratch;
@@ -37,6 +38,7 @@ pub mod prelude {
     pub use crate::error::{Error, Result};
     pub use crate::graph::SourceStatus;
     pub use crate::ops::co::{CoContext, CoProcessFunction};
+    pub use crate::ops::dedup::IdempotencyError;
     pub use crate::ops::keyed::{AggregateFunction, Count, KeyedContext, KeyedProcessFunction};
     pub use crate::ops::sink::{Collected, SinkContext, SinkFunction};
     pub use crate::output::Collector;

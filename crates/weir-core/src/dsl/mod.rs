@@ -6,6 +6,7 @@
 //! inside the factories. Nothing here runs anything: `weir::Env::execute` does.
 
 mod connected;
+mod dedup;
 mod keyed;
 mod sources;
 mod splits;

@@ -162,6 +162,14 @@ impl<K: Key, O> KeyedContext<'_, K, O> {
     pub fn delete_processing_time_timer(&mut self, time: i64) {
         self.timers.processing.delete(time, self.key.clone(), ());
     }
+    /// How many processing-time timers this subtask has pending (all keys), and the
+    /// earliest.
+    pub(crate) fn processing_timers(&self) -> (usize, Option<i64>) {
+        (
+            self.timers.processing.len(),
+            self.timers.processing.next_time(),
+        )
+    }
 }
 
 /// Runs a [`KeyedProcessFunction`].

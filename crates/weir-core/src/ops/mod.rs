@@ -7,6 +7,7 @@
 
 pub mod basic;
 pub mod co;
+pub mod dedup;
 pub mod file_sink;
 pub mod keyed;
 pub mod sink;

@@ -1,0 +1,285 @@
+//! Process-wide metrics: counters and gauges with labels, readable by name and rendered in
+//! the Prometheus text format.
+//!
+//! Operators register their series when they are built (labelled with the operator and
+//! the subtask) and update them lock-free; [`render`] and [`value`] read them. Series are
+//! process-wide: a job started twice in one process with the same operator names updates
+//! the same series, as a Prometheus counter of a restarted task would.
+//!
+//! ```
+//! use weir_core::metrics;
+//! let c = metrics::counter(
+//!     "doc_events_total",
+//!     "Events seen by the doc example.",
+//!     &[("operator", "example")],
+//! );
+//! c.add(2);
+//! assert_eq!(metrics::value("doc_events_total", &[("operator", "example")]), Some(2.0));
+//! assert!(metrics::render().contains("doc_events_total{operator=\"example\"} 2\n"));
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// A monotonically increasing count.
+#[derive(Clone, Debug)]
+pub struct Counter(Arc<AtomicU64>);
+
+impl Counter {
+    /// Adds one.
+    pub fn inc(&self) {
+        self.add(1);
+    }
+    /// Adds `n`.
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    /// The current count.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A value that goes up and down.
+#[derive(Clone, Debug)]
+pub struct Gauge(Arc<AtomicI64>);
+
+impl Gauge {
+    /// Sets the value.
+    pub fn set(&self, v: i64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+    /// The current value.
+    pub fn get(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The age of something, in seconds when read: set it to the moment (Unix milliseconds)
+/// the thing appeared, or clear it when there is nothing.
+#[derive(Clone, Debug)]
+pub struct AgeGauge(Arc<AtomicI64>);
+
+/// Stored in an [`AgeGauge`] when there is nothing to age.
+const NO_AGE: i64 = i64::MIN;
+
+impl AgeGauge {
+    /// Sets the moment (Unix milliseconds) the aged thing appeared.
+    pub fn set_since(&self, unix_ms: i64) {
+        self.0.store(unix_ms, Ordering::Relaxed);
+    }
+    /// Nothing to age: reads as 0.
+    pub fn clear(&self) {
+        self.0.store(NO_AGE, Ordering::Relaxed);
+    }
+    /// The age in seconds at `now_ms` (0 when cleared).
+    pub fn seconds_at(&self, now_ms: i64) -> f64 {
+        match self.0.load(Ordering::Relaxed) {
+            NO_AGE => 0.0,
+            since => (now_ms.saturating_sub(since)).max(0) as f64 / 1000.0,
+        }
+    }
+}
+
+#[derive(Clone)]
+enum Cell {
+    Counter(Arc<AtomicU64>),
+    Gauge(Arc<AtomicI64>),
+    Age(Arc<AtomicI64>),
+}
+
+impl Cell {
+    fn kind(&self) -> &'static str {
+        match self {
+            Cell::Counter(_) => "counter",
+            Cell::Gauge(_) | Cell::Age(_) => "gauge",
+        }
+    }
+    fn read(&self, now_ms: i64) -> f64 {
+        match self {
+            Cell::Counter(c) => c.load(Ordering::Relaxed) as f64,
+            Cell::Gauge(g) => g.load(Ordering::Relaxed) as f64,
+            Cell::Age(a) => AgeGauge(a.clone()).seconds_at(now_ms),
+        }
+    }
+}
+
+type Labels = Vec<(String, String)>;
+
+struct Family {
+    help: String,
+    series: BTreeMap<Labels, Cell>,
+}
+
+fn registry() -> std::sync::MutexGuard<'static, BTreeMap<String, Family>> {
+    static REGISTRY: OnceLock<Mutex<BTreeMap<String, Family>>> = OnceLock::new();
+    REGISTRY
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+fn labels(l: &[(&str, &str)]) -> Labels {
+    let mut v: Labels = l
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The series `name{labels}`, registered with `make` if it is new.
+///
+/// # Panics
+/// When `name` was registered as a different kind of metric (a bug in the caller).
+fn series(name: &str, help: &str, l: &[(&str, &str)], make: fn() -> Cell) -> Cell {
+    let mut r = registry();
+    let family = r.entry(name.to_string()).or_insert_with(|| Family {
+        help: help.to_string(),
+        series: BTreeMap::new(),
+    });
+    let cell = family.series.entry(labels(l)).or_insert_with(make).clone();
+    assert_eq!(
+        cell.kind(),
+        make().kind(),
+        "metric '{name}' registered as two kinds"
+    );
+    cell
+}
+
+/// The counter `name{labels}` (created at 0 if new).
+pub fn counter(name: &str, help: &str, labels: &[(&str, &str)]) -> Counter {
+    match series(name, help, labels, || Cell::Counter(Default::default())) {
+        Cell::Counter(c) => Counter(c),
+        _ => unreachable!("checked in series"),
+    }
+}
+
+/// The gauge `name{labels}` (created at 0 if new).
+pub fn gauge(name: &str, help: &str, labels: &[(&str, &str)]) -> Gauge {
+    match series(name, help, labels, || Cell::Gauge(Default::default())) {
+        Cell::Gauge(g) => Gauge(g),
+        _ => unreachable!("checked in series"),
+    }
+}
+
+/// The age gauge `name{labels}`, read in seconds (created cleared if new).
+pub fn age_gauge(name: &str, help: &str, labels: &[(&str, &str)]) -> AgeGauge {
+    match series(name, help, labels, || {
+        Cell::Age(Arc::new(AtomicI64::new(NO_AGE)))
+    }) {
+        Cell::Age(a) => AgeGauge(a),
+        _ => unreachable!("checked in series"),
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The current value of `name{labels}` (labels in any order), if registered.
+pub fn value(name: &str, l: &[(&str, &str)]) -> Option<f64> {
+    let r = registry();
+    let cell = r.get(name)?.series.get(&labels(l))?.clone();
+    drop(r);
+    Some(cell.read(now_ms()))
+}
+
+/// The sum of `name` over every series whose labels include `l`.
+pub fn sum(name: &str, l: &[(&str, &str)]) -> f64 {
+    let want = labels(l);
+    let now = now_ms();
+    let r = registry();
+    r.get(name)
+        .map(|f| {
+            f.series
+                .iter()
+                .filter(|(ls, _)| want.iter().all(|w| ls.contains(w)))
+                .map(|(_, c)| c.read(now))
+                .sum()
+        })
+        .unwrap_or(0.0)
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Every series in the Prometheus text exposition format (version 0.0.4), sorted by name.
+pub fn render() -> String {
+    use std::fmt::Write;
+    let now = now_ms();
+    let r = registry();
+    let mut s = String::new();
+    for (name, f) in r.iter() {
+        let kind = f.series.values().next().map(Cell::kind).unwrap_or("gauge");
+        let _ = writeln!(s, "# HELP {name} {}", f.help.replace('\n', " "));
+        let _ = writeln!(s, "# TYPE {name} {kind}");
+        for (ls, cell) in &f.series {
+            let labels: Vec<String> = ls
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+                .collect();
+            let v = cell.read(now);
+            if labels.is_empty() {
+                let _ = writeln!(s, "{name} {v}");
+            } else {
+                let _ = writeln!(s, "{name}{{{}}} {v}", labels.join(","));
+            }
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_gauges_and_ages_render_with_sorted_labels() {
+        let c = counter("t_requests_total", "Requests.", &[("b", "2"), ("a", "1")]);
+        c.inc();
+        c.add(4);
+        let g = gauge("t_size", "Size.", &[("op", "x\"y")]);
+        g.set(-3);
+        let a = age_gauge("t_oldest_seconds", "Oldest.", &[("op", "x")]);
+        let text = render();
+        assert!(text.contains("# TYPE t_requests_total counter\n"), "{text}");
+        assert!(
+            text.contains("t_requests_total{a=\"1\",b=\"2\"} 5\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP t_size Size.\n# TYPE t_size gauge\n"),
+            "{text}"
+        );
+        assert!(text.contains("t_size{op=\"x\\\"y\"} -3\n"), "{text}");
+        assert!(text.contains("t_oldest_seconds{op=\"x\"} 0\n"), "{text}");
+        assert_eq!(
+            value("t_requests_total", &[("a", "1"), ("b", "2")]),
+            Some(5.0)
+        );
+        assert_eq!(sum("t_requests_total", &[("a", "1")]), 5.0);
+        assert_eq!(value("t_requests_total", &[("a", "1")]), None);
+        a.set_since(1_000);
+        assert_eq!(a.seconds_at(3_500), 2.5);
+        a.clear();
+        assert_eq!(a.seconds_at(3_500), 0.0);
+        // The same series again is the same cell.
+        counter("t_requests_total", "Requests.", &[("a", "1"), ("b", "2")]).inc();
+        assert_eq!(c.get(), 6);
+    }
+
+    #[test]
+    #[should_panic(expected = "registered as two kinds")]
+    fn one_name_cannot_be_two_kinds() {
+        counter("t_kind", "x", &[]);
+        gauge("t_kind", "x", &[]);
+    }
+}
