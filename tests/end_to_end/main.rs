@@ -10,6 +10,7 @@ mod connect;
 mod dedup;
 mod errors;
 mod joins;
+mod metrics_endpoint;
 mod operators;
 mod parallelism;
 mod sources_sinks;

@@ -33,6 +33,9 @@ pub struct JobConfig {
     pub progress_interval: Option<Duration>,
     /// Checkpointing (`None`: off; a failure then fails the job).
     pub checkpoint: Option<CheckpointConfig>,
+    /// Serve the metrics in the Prometheus text format on `http://ADDRESS/metrics` while
+    /// the job runs (`host:port`; port 0 picks a free one, see `JobHandle::metrics_address`).
+    pub metrics_address: Option<String>,
 }
 
 /// How and where a job checkpoints, and how it restarts after a failure.
@@ -139,6 +142,7 @@ impl Default for JobConfig {
             state_backend: BackendKind::Memory,
             progress_interval: None,
             checkpoint: None,
+            metrics_address: None,
         }
     }
 }

@@ -53,7 +53,51 @@ struct Written {
     kind: CheckpointKind,
     bytes: u64,
     duration: Duration,
+    alignment: Duration,
     result: Result<PathBuf>,
+}
+
+/// The job's checkpoint statistics as metrics (`weir::metrics`), labelled with the job.
+struct CheckpointMetrics {
+    completed: weir_core::metrics::Counter,
+    failed: weir_core::metrics::Counter,
+    duration_ms: weir_core::metrics::Gauge,
+    size_bytes: weir_core::metrics::Gauge,
+    alignment_ms: weir_core::metrics::Gauge,
+}
+
+impl CheckpointMetrics {
+    fn new(job: &str) -> Self {
+        use weir_core::metrics::{counter, gauge};
+        let l = [("job", job)];
+        CheckpointMetrics {
+            completed: counter(
+                "checkpoints_completed_total",
+                "Checkpoints and savepoints written completely.",
+                &l,
+            ),
+            failed: counter(
+                "checkpoints_failed_total",
+                "Checkpoints aborted: timed out, declined, a task failed, writing failed, or subsumed.",
+                &l,
+            ),
+            duration_ms: gauge(
+                "checkpoint_last_duration_ms",
+                "From trigger to the last acknowledgement, for the last completed checkpoint.",
+                &l,
+            ),
+            size_bytes: gauge(
+                "checkpoint_last_size_bytes",
+                "Bytes the last completed checkpoint wrote (incremental files count once).",
+                &l,
+            ),
+            alignment_ms: gauge(
+                "checkpoint_last_alignment_ms",
+                "Longest barrier alignment of any task in the last completed checkpoint.",
+                &l,
+            ),
+        }
+    }
 }
 
 /// A checkpoint to write: the tasks' acknowledgements and the coordinator's statistics.
@@ -117,6 +161,7 @@ impl CheckpointWriter {
                         kind,
                         bytes: stats.bytes,
                         duration: stats.duration,
+                        alignment: stats.max_alignment,
                         result,
                     });
                 }
@@ -158,16 +203,22 @@ fn on_written(
     w: Written,
     c: &mut Coordinator<Snapshots>,
     savepoints: &mut Vec<PathBuf>,
+    m: &CheckpointMetrics,
 ) -> Vec<Action<Snapshots>> {
     let Written {
         id,
         kind,
         bytes,
         duration,
+        alignment,
         result,
     } = w;
     match result {
         Ok(path) => {
+            m.completed.inc();
+            m.duration_ms.set(duration.as_millis() as i64);
+            m.size_bytes.set(bytes as i64);
+            m.alignment_ms.set(alignment.as_millis() as i64);
             tracing::info!(checkpoint = %id, bytes, duration_ms = duration.as_millis() as u64, path = %path.display(), "checkpoint complete");
             if kind == CheckpointKind::Savepoint {
                 eprintln!(
@@ -219,9 +270,17 @@ impl JobResult {
 pub struct JobHandle {
     shared: Arc<JobShared>,
     thread: std::thread::JoinHandle<Result<JobResult>>,
+    metrics: Option<std::net::SocketAddr>,
 }
 
 impl JobHandle {
+    /// Where the job serves its metrics (`GET /metrics`), when
+    /// [`JobConfig::metrics_address`] is set: the bound address, with the actual port if
+    /// port 0 was asked for. The endpoint stops when the job ends.
+    pub fn metrics_address(&self) -> Option<std::net::SocketAddr> {
+        self.metrics
+    }
+
     /// Asks every task to stop; `join` then returns [`Error::Cancelled`].
     pub fn cancel(&self) {
         self.shared.cancel.store(true, Ordering::SeqCst);
@@ -270,11 +329,24 @@ pub fn start(name: &str, graph: Graph, cfg: JobConfig) -> Result<JobHandle> {
     });
     let job = shared.clone();
     let name = name.to_string();
+    let server = match &shared.cfg.metrics_address {
+        Some(a) => Some(crate::metrics_http::MetricsServer::start(a)?),
+        None => None,
+    };
+    let metrics = server.as_ref().map(|s| s.address());
     let thread = std::thread::Builder::new()
         .name(format!("weir-job-{name}"))
-        .spawn(move || run(&name, job))
+        .spawn(move || {
+            let r = run(&name, job);
+            drop(server);
+            r
+        })
         .map_err(|e| Error::io("spawning the job thread", e))?;
-    Ok(JobHandle { shared, thread })
+    Ok(JobHandle {
+        shared,
+        thread,
+        metrics,
+    })
 }
 
 struct Running {
@@ -546,6 +618,7 @@ fn run_attempt(
     // failures and progress while a large checkpoint uploads; the writer reports back on
     // `written_rx`.
     let (written_tx, written_rx) = crossbeam_channel::unbounded::<Written>();
+    let ck_metrics = CheckpointMetrics::new(name);
     let writer = match storage {
         Some(storage) => Some(CheckpointWriter::start(
             storage.clone(),
@@ -570,7 +643,7 @@ fn run_attempt(
             recv(events_rx) -> m => m.map_err(|_| crossbeam_channel::RecvTimeoutError::Disconnected),
             recv(written_rx) -> w => {
                 if let (Ok(w), Some(c)) = (w, coordinator.as_mut()) {
-                    actions.extend(on_written(name, w, c, &mut savepoints));
+                    actions.extend(on_written(name, w, c, &mut savepoints, &ck_metrics));
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Timeout)
             }
@@ -709,6 +782,7 @@ fn run_attempt(
                 }
                 Action::Abort { id, reason, kind } => {
                     tracing::info!(checkpoint = %id, %reason, "checkpoint aborted");
+                    ck_metrics.failed.inc();
                     if kind == CheckpointKind::Final && !cancel.load(Ordering::SeqCst) {
                         // The job cannot end without its final checkpoint: try again.
                         eprintln!(

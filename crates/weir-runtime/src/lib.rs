@@ -10,6 +10,7 @@ mod checkpoints;
 mod config;
 mod failpoint;
 mod job;
+mod metrics_http;
 mod plan;
 mod task;
 

@@ -118,6 +118,19 @@ impl Env {
         self
     }
 
+    /// Serves the job's metrics (`weir::metrics`, checkpoint statistics included) in the
+    /// Prometheus text format on `http://ADDRESS/metrics` while the job runs. `ADDRESS` is
+    /// `host:port`; port 0 picks a free port, which `JobHandle::metrics_address` tells.
+    ///
+    /// ```
+    /// let env = weir::Env::new().metrics_address("127.0.0.1:9464");
+    /// assert_eq!(env.config().metrics_address.as_deref(), Some("127.0.0.1:9464"));
+    /// ```
+    pub fn metrics_address(mut self, address: &str) -> Self {
+        self.config.metrics_address = Some(address.to_string());
+        self
+    }
+
     /// The configuration the job will run with.
     pub fn config(&self) -> &JobConfig {
         &self.config
