@@ -18,6 +18,7 @@
 //! assert!(metrics::render().contains("doc_events_total{operator=\"example\"} 2\n"));
 //! ```
 
+use crate::state::now_ms;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -172,13 +173,6 @@ pub fn age_gauge(name: &str, help: &str, labels: &[(&str, &str)]) -> AgeGauge {
         Cell::Age(a) => AgeGauge(a),
         _ => unreachable!("checked in series"),
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// The current value of `name{labels}` (labels in any order), if registered.

@@ -448,7 +448,8 @@ struct Ttl<V> {
     ttl_ms: i64,
 }
 
-fn now_ms() -> i64 {
+/// Wall-clock time in Unix milliseconds (0 before the epoch).
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
