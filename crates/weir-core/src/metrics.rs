@@ -57,6 +57,22 @@ impl Gauge {
     }
 }
 
+/// A value that goes up and down and has a fractional part (a ratio, a rate): an `f64`
+/// stored as its bits, read and written lock-free.
+#[derive(Clone, Debug)]
+pub struct FloatGauge(Arc<AtomicU64>);
+
+impl FloatGauge {
+    /// Sets the value.
+    pub fn set(&self, v: f64) {
+        self.0.store(v.to_bits(), Ordering::Relaxed);
+    }
+    /// The current value.
+    pub fn get(&self) -> f64 {
+        f64::from_bits(self.0.load(Ordering::Relaxed))
+    }
+}
+
 /// The age of something, in seconds when read: set it to the moment (Unix milliseconds)
 /// the thing appeared, or clear it when there is nothing.
 #[derive(Clone, Debug)]
@@ -87,6 +103,7 @@ impl AgeGauge {
 enum Cell {
     Counter(Arc<AtomicU64>),
     Gauge(Arc<AtomicI64>),
+    Float(Arc<AtomicU64>),
     Age(Arc<AtomicI64>),
 }
 
@@ -94,13 +111,14 @@ impl Cell {
     fn kind(&self) -> &'static str {
         match self {
             Cell::Counter(_) => "counter",
-            Cell::Gauge(_) | Cell::Age(_) => "gauge",
+            Cell::Gauge(_) | Cell::Float(_) | Cell::Age(_) => "gauge",
         }
     }
     fn read(&self, now_ms: i64) -> f64 {
         match self {
             Cell::Counter(c) => c.load(Ordering::Relaxed) as f64,
             Cell::Gauge(g) => g.load(Ordering::Relaxed) as f64,
+            Cell::Float(f) => f64::from_bits(f.load(Ordering::Relaxed)),
             Cell::Age(a) => AgeGauge(a.clone()).seconds_at(now_ms),
         }
     }
@@ -133,7 +151,9 @@ fn labels(l: &[(&str, &str)]) -> Labels {
 /// The series `name{labels}`, registered with `make` if it is new.
 ///
 /// # Panics
-/// When `name` was registered as a different kind of metric (a bug in the caller).
+/// When `name{labels}` was registered as a different kind of metric (a bug in the
+/// caller). Integer, float and age gauges all render as `gauge` but are different kinds
+/// here: the cells hold different things.
 fn series(name: &str, help: &str, l: &[(&str, &str)], make: fn() -> Cell) -> Cell {
     let mut r = registry();
     let family = r.entry(name.to_string()).or_insert_with(|| Family {
@@ -141,9 +161,8 @@ fn series(name: &str, help: &str, l: &[(&str, &str)], make: fn() -> Cell) -> Cel
         series: BTreeMap::new(),
     });
     let cell = family.series.entry(labels(l)).or_insert_with(make).clone();
-    assert_eq!(
-        cell.kind(),
-        make().kind(),
+    assert!(
+        std::mem::discriminant(&cell) == std::mem::discriminant(&make()),
         "metric '{name}' registered as two kinds"
     );
     cell
@@ -161,6 +180,30 @@ pub fn counter(name: &str, help: &str, labels: &[(&str, &str)]) -> Counter {
 pub fn gauge(name: &str, help: &str, labels: &[(&str, &str)]) -> Gauge {
     match series(name, help, labels, || Cell::Gauge(Default::default())) {
         Cell::Gauge(g) => Gauge(g),
+        _ => unreachable!("checked in series"),
+    }
+}
+
+/// The float gauge `name{labels}` (created at 0.0 if new). It renders as a Prometheus
+/// `gauge` and [`value`] reads it like any other series.
+///
+/// ```
+/// use weir_core::metrics;
+/// let g = metrics::float_gauge(
+///     "doc_hit_ratio",
+///     "Share of lookups the doc example answered from its cache.",
+///     &[("operator", "example")],
+/// );
+/// g.set(0.25);
+/// assert_eq!(g.get(), 0.25);
+/// assert_eq!(metrics::value("doc_hit_ratio", &[("operator", "example")]), Some(0.25));
+/// let text = metrics::render();
+/// assert!(text.contains("# TYPE doc_hit_ratio gauge\n"));
+/// assert!(text.contains("doc_hit_ratio{operator=\"example\"} 0.25\n"));
+/// ```
+pub fn float_gauge(name: &str, help: &str, labels: &[(&str, &str)]) -> FloatGauge {
+    match series(name, help, labels, || Cell::Float(Default::default())) {
+        Cell::Float(f) => FloatGauge(f),
         _ => unreachable!("checked in series"),
     }
 }
@@ -199,6 +242,18 @@ pub fn sum(name: &str, l: &[(&str, &str)]) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// A sample value as the exposition format spells it: Rust prints infinities as `inf`,
+/// Prometheus wants `+Inf` and `-Inf` (`NaN` is spelled the same by both).
+fn sample(v: f64) -> String {
+    if v == f64::INFINITY {
+        "+Inf".to_string()
+    } else if v == f64::NEG_INFINITY {
+        "-Inf".to_string()
+    } else {
+        v.to_string()
+    }
+}
+
 fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
@@ -220,7 +275,7 @@ pub fn render() -> String {
                 .iter()
                 .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
                 .collect();
-            let v = cell.read(now);
+            let v = sample(cell.read(now));
             if labels.is_empty() {
                 let _ = writeln!(s, "{name} {v}");
             } else {
@@ -268,6 +323,45 @@ mod tests {
         // The same series again is the same cell.
         counter("t_requests_total", "Requests.", &[("a", "1"), ("b", "2")]).inc();
         assert_eq!(c.get(), 6);
+    }
+
+    #[test]
+    fn float_gauges_hold_fractions_and_render_as_gauges() {
+        let f = float_gauge("t_ratio", "Ratio.", &[("op", "r"), ("subtask", "0")]);
+        assert_eq!(f.get(), 0.0);
+        f.set(0.125);
+        assert_eq!(f.get(), 0.125);
+        assert_eq!(
+            value("t_ratio", &[("subtask", "0"), ("op", "r")]),
+            Some(0.125)
+        );
+        // The same series again is the same cell.
+        float_gauge("t_ratio", "Ratio.", &[("subtask", "0"), ("op", "r")]).set(-2.5);
+        assert_eq!(f.get(), -2.5);
+        let text = render();
+        assert!(
+            text.contains("# HELP t_ratio Ratio.\n# TYPE t_ratio gauge\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("t_ratio{op=\"r\",subtask=\"0\"} -2.5\n"),
+            "{text}"
+        );
+        let inf = float_gauge("t_ratio_inf", "Infinite.", &[]);
+        inf.set(f64::INFINITY);
+        assert!(render().contains("\nt_ratio_inf +Inf\n"));
+        inf.set(f64::NEG_INFINITY);
+        assert!(render().contains("\nt_ratio_inf -Inf\n"));
+        inf.set(f64::NAN);
+        assert!(render().contains("\nt_ratio_inf NaN\n"));
+        assert!(value("t_ratio_inf", &[]).is_some_and(f64::is_nan));
+    }
+
+    #[test]
+    #[should_panic(expected = "registered as two kinds")]
+    fn an_integer_gauge_cannot_become_a_float_gauge() {
+        gauge("t_kind_gauge", "x", &[]);
+        float_gauge("t_kind_gauge", "x", &[]);
     }
 
     #[test]
