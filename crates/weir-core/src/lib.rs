@@ -9,6 +9,7 @@
 pub mod checkpoint;
 pub mod codec;
 pub mod data;
+pub mod dlq;
 pub mod dsl;
 pub mod error;
 pub mod exchange;
@@ -18,6 +19,7 @@ pub mod ids;
 pub mod metrics;
 pub mod ops;
 pub mod output;
+pub mod retry;
 pub mod scratch;
 pub mod state;
 pub mod time;

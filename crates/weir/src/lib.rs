@@ -21,8 +21,8 @@ use std::ops::Deref;
 use std::time::Duration;
 
 pub use weir_core::{
-    Error, Result, codec, data, dsl, error, exchange, graph, ids, metrics, ops, output, state,
-    time, timer, watermark, window,
+    Error, Result, codec, data, dlq, dsl, error, exchange, graph, ids, metrics, ops, output, retry,
+    state, time, timer, watermark, window,
 };
 pub use weir_runtime::{
     CheckpointConfig, JobConfig, JobHandle, JobResult, RestartStrategy, SAVEPOINT_REQUEST_FILE,
