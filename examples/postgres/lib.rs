@@ -1,0 +1,2 @@
+//! The PostgreSQL examples (`payments_apply_once`) live in this package so that
+//! `cargo run --example quickstart` never builds the PostgreSQL client (see Cargo.toml).

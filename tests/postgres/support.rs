@@ -1,0 +1,132 @@
+//! The test server, a schema per test, and plain-SQL checks that do not go through weir.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use weir_postgres::postgres::{Client, NoTls};
+
+/// The server's URL: `WEIR_POSTGRES_URL`, or one started once with `scripts/postgres.sh`
+/// (state in the system's temporary directory, which the server's `postgres` user can reach
+/// when the tests run as root; `start` is idempotent, so later runs reuse it).
+pub fn url() -> &'static str {
+    static U: OnceLock<String> = OnceLock::new();
+    U.get_or_init(|| {
+        if let Ok(u) = std::env::var("WEIR_POSTGRES_URL")
+            && !u.trim().is_empty()
+        {
+            return u.trim().to_string();
+        }
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/postgres.sh");
+        let dir = std::env::temp_dir().join("weir-test-postgres");
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg("start")
+            .env("WEIR_POSTGRES_DIR", &dir)
+            .output()
+            .expect("run scripts/postgres.sh");
+        assert!(
+            out.status.success(),
+            "scripts/postgres.sh start failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .expect("postgres.sh prints the URL")
+            .trim()
+            .to_string()
+    })
+}
+
+/// A new connection to the test server.
+pub fn connect() -> Client {
+    Client::connect(url(), NoTls).expect("connect to the test PostgreSQL server")
+}
+
+/// A name no other test uses (a schema, a handler, an operator).
+pub fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}_{}_{:x}_{}",
+        std::process::id(),
+        nanos & 0xffff_ffff,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A schema of one test, dropped at the end, with an `accounts`/`ledger` pair for effects.
+pub struct Schema {
+    pub name: String,
+    pub db: Client,
+}
+
+impl Schema {
+    /// An empty schema.
+    pub fn bare(prefix: &str) -> Schema {
+        let name = unique(prefix);
+        let mut db = connect();
+        db.batch_execute(&format!("CREATE SCHEMA {name}"))
+            .expect("create the test schema");
+        Schema { name, db }
+    }
+
+    pub fn new(prefix: &str) -> Schema {
+        let name = unique(prefix);
+        let mut db = connect();
+        db.batch_execute(&format!(
+            "CREATE SCHEMA {name};
+             CREATE TABLE {name}.accounts (id TEXT PRIMARY KEY, balance BIGINT NOT NULL DEFAULT 0);
+             CREATE TABLE {name}.ledger (key TEXT NOT NULL, account TEXT NOT NULL,
+                 amount BIGINT NOT NULL CONSTRAINT positive CHECK (amount > 0));"
+        ))
+        .expect("create the test schema");
+        Schema { name, db }
+    }
+
+    /// `schema.processed_messages`
+    pub fn keys_table(&self) -> String {
+        format!("{}.processed_messages", self.name)
+    }
+
+    /// Rows per ledger key.
+    pub fn ledger_counts(&mut self) -> std::collections::BTreeMap<String, i64> {
+        self.db
+            .query(
+                &format!(
+                    "SELECT key, count(*) FROM {}.ledger GROUP BY key",
+                    self.name
+                ),
+                &[],
+            )
+            .expect("read the ledger")
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()
+    }
+
+    /// Balance per account.
+    pub fn balances(&mut self) -> std::collections::BTreeMap<String, i64> {
+        self.db
+            .query(
+                &format!("SELECT id, balance FROM {}.accounts", self.name),
+                &[],
+            )
+            .expect("read the balances")
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        let _ = self
+            .db
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+    }
+}
