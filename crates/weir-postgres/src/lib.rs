@@ -205,3 +205,9 @@ mod tests {
         ));
     }
 }
+
+/// The snippets of docs/edges.md, compiled as doc tests (they need a server, so they are
+/// `no_run`).
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/edges.md")]
+pub struct EdgesDoc;
