@@ -197,3 +197,45 @@ pub fn by_key<K: Ord + Clone, V: Clone>(items: &[(K, V)]) -> BTreeMap<K, Vec<V>>
 pub fn kv(k: &str, v: i64) -> (String, i64) {
     (k.to_string(), v)
 }
+
+/// A name no other test of this run uses (a topic, a schema, an operator): the prefix, the
+/// process id, the clock and a counter, joined by `_`.
+pub fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}_{}_{:x}_{}",
+        std::process::id(),
+        nanos & 0xffff_ffff,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Waits for a child process with a deadline; kills it and fails the test if it hangs.
+pub fn wait_within(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for a child process") {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the child process did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Stderr of a finished child (spawned with `Stdio::piped()`), for failure messages.
+pub fn stderr_of(child: &mut std::process::Child) -> String {
+    use std::io::Read;
+    let mut s = String::new();
+    if let Some(e) = child.stderr.as_mut() {
+        let _ = e.read_to_string(&mut s);
+    }
+    s
+}

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A small deterministic random number generator (xorshift64*), so every run of a test
@@ -144,30 +144,7 @@ impl Scenario {
     }
 }
 
-/// Waits for a child with a deadline; kills it and fails the test if it hangs.
-pub fn wait_within(child: &mut Child, limit: Duration) -> ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait for file_sum") {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("file_sum did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Stderr of a finished child, for failure messages.
-pub fn stderr_of(child: &mut Child) -> String {
-    use std::io::Read;
-    let mut s = String::new();
-    if let Some(e) = child.stderr.as_mut() {
-        let _ = e.read_to_string(&mut s);
-    }
-    s
-}
+pub use weir_tests::{stderr_of, wait_within};
 
 /// Polls `cond` every 10 ms until it holds, failing the test after `limit`.
 pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {

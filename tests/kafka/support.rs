@@ -56,20 +56,7 @@ pub fn broker() -> &'static str {
 }
 
 /// A topic name no other test uses.
-pub fn unique(prefix: &str) -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "{prefix}-{}-{:x}-{}",
-        std::process::id(),
-        nanos & 0xffff_ffff,
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
+pub use weir_tests::unique;
 
 /// Creates a topic with `partitions` partitions.
 pub fn create_topic(name: &str, partitions: i32) {

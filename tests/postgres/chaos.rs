@@ -6,8 +6,9 @@ use crate::support::{Schema, url};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use weir_tests::{stderr_of, wait_within};
 
 struct Rng(u64);
 
@@ -167,29 +168,6 @@ impl Payments {
         let dead: BTreeSet<String> = letters.iter().map(|l| l.idempotency_key.clone()).collect();
         assert_eq!(dead, self.poison);
     }
-}
-
-fn wait_within(child: &mut Child, limit: Duration) -> ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            panic!("payments_apply_once did not end within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn stderr_of(child: &mut Child) -> String {
-    use std::io::Read;
-    let mut s = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut s);
-    }
-    s
 }
 
 fn soak_factor() -> u64 {

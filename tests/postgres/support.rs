@@ -43,21 +43,7 @@ pub fn connect() -> Client {
     Client::connect(url(), NoTls).expect("connect to the test PostgreSQL server")
 }
 
-/// A name no other test uses (a schema, a handler, an operator).
-pub fn unique(prefix: &str) -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "{prefix}_{}_{:x}_{}",
-        std::process::id(),
-        nanos & 0xffff_ffff,
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
+pub use weir_tests::unique;
 
 /// A schema of one test, dropped at the end, with an `accounts`/`ledger` pair for effects.
 pub struct Schema {
