@@ -7,6 +7,7 @@
 
 mod basics;
 mod chaos;
+mod dead_letters;
 mod errors;
 mod source;
 mod support;

@@ -8,6 +8,8 @@
 //!   checkpoints (two-phase commit), and recovers pre-committed transactions after any
 //!   crash by re-producing them from the log — no loss even if the job was down longer
 //!   than `transaction.timeout.ms`. An at-least-once mode is available.
+//! - [`dead_letters`]: a Kafka topic as the dead-letter queue of an external sink (the
+//!   apply-once PostgreSQL sink, for one), letters keyed by their idempotency key.
 //!
 //! The guarantee, failure modes and settings are described in `docs/kafka.md`.
 //!
@@ -39,11 +41,13 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+mod dlq;
 mod error;
 mod sink;
 mod source;
 pub mod txn;
 
+pub use dlq::dead_letters;
 pub use error::{KafkaError, Result};
 pub use sink::{DeliveryGuarantee, KafkaSink, KafkaSinkFunction};
 pub use source::{KafkaRecord, KafkaSource, KafkaSourceFunction, StartFrom};
