@@ -239,3 +239,15 @@ pub fn stderr_of(child: &mut std::process::Child) -> String {
     }
     s
 }
+
+/// Polls `cond` every 10 ms until it holds, failing the test after `limit`.
+pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -146,17 +146,7 @@ impl Scenario {
 
 pub use weir_tests::{stderr_of, wait_within};
 
-/// Polls `cond` every 10 ms until it holds, failing the test after `limit`.
-pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+pub use weir_tests::wait_for;
 
 /// True when `dir` holds at least one complete checkpoint.
 pub fn has_complete_checkpoint(dir: &Path) -> bool {

@@ -324,18 +324,7 @@ pub fn checkpoint_path(dir: &std::path::Path, id: u64) -> PathBuf {
     dir.join(format!("chk-{id:020}"))
 }
 
-/// Polls `cond` every 10 ms until it holds, failing the test after `limit`.
-#[allow(dead_code)]
-pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+pub use weir_tests::wait_for;
 
 /// A started child process whose standard error is collected line by line on a thread (so
 /// a chatty child never blocks on a full pipe, and the test can watch it while it runs).

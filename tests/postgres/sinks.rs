@@ -325,3 +325,43 @@ fn fenced_writes_keep_the_newest_token_and_give_up_stale_ones() {
     // Stale tokens are given up, not retried.
     assert_eq!(metric("retry_ratio", &op), 0.0);
 }
+
+#[test]
+fn the_cleanup_task_deletes_keys_past_the_retention_while_the_job_runs() {
+    let mut s = Schema::new("sink_cleanup");
+    let t = s.keys_table();
+    let op = unique("credits");
+    let sink = credits(&s.name).retention(Duration::from_secs(3600));
+    // The sink creates the table when it opens; create it first to plant old keys.
+    weir_postgres::Store::new(&t, Duration::from_secs(60))
+        .unwrap()
+        .ensure_schema(&mut s.db)
+        .unwrap();
+    s.db.execute(
+        &format!(
+            "INSERT INTO {t} (handler, idempotency_key, state, created_at) VALUES
+             ('credits', 'old-1', 'DONE', now() - interval '2 hours'),
+             ('credits', 'old-2', 'DONE', now() - interval '61 minutes'),
+             ('other', 'old-3', 'DONE', now() - interval '2 hours')"
+        ),
+        &[],
+    )
+    .unwrap();
+    let env = Env::new().parallelism(1);
+    env.from_iter(vec![c("k1", "a", 1)]).sink(&op, sink.make());
+    run(&env).unwrap();
+    // The task's first round starts when the sink opens and runs on its own connection.
+    weir_tests::wait_for("the cleanup round", Duration::from_secs(20), || {
+        weir::metrics::sum(
+            "apply_once_keys_deleted_total",
+            &[("operator", op.as_str())],
+        ) == 2.0
+    });
+    let left: Vec<String> =
+        s.db.query(&format!("SELECT idempotency_key FROM {t} ORDER BY 1"), &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+    assert_eq!(left, ["k1", "old-3"]);
+}
