@@ -3,7 +3,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// A small deterministic random number generator (xorshift64*), so every run of a test
 /// sees the same input and kill schedule for a given seed.
