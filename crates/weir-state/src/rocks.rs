@@ -89,7 +89,22 @@ impl RocksStore {
         let mut opts = rocksdb::Options::default();
         opts.create_if_missing(true);
         opts.set_write_buffer_size(cfg.write_buffer_bytes);
+        // Every checkpoint flushes the memtable into a new level-0 file that the next
+        // compactions rewrite soon: compressing those first two levels costs CPU on the
+        // other core at every checkpoint for little space, so only deeper levels are
+        // compressed. Compacting level 0 once 8 files (not 4) have gathered merges more
+        // overwrites of the same keys per rewrite.
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        opts.set_compression_per_level(&[
+            rocksdb::DBCompressionType::None,
+            rocksdb::DBCompressionType::None,
+            rocksdb::DBCompressionType::Lz4,
+            rocksdb::DBCompressionType::Lz4,
+            rocksdb::DBCompressionType::Lz4,
+            rocksdb::DBCompressionType::Lz4,
+            rocksdb::DBCompressionType::Lz4,
+        ]);
+        opts.set_level_zero_file_num_compaction_trigger(8);
         let mut table = rocksdb::BlockBasedOptions::default();
         table.set_block_cache(&rocksdb::Cache::new_lru_cache(cfg.block_cache_bytes));
         // Keyed state reads many keys that do not exist yet (the first record of every

@@ -41,6 +41,41 @@ pub fn store_key<K: Key>(name: &str, key: &K, max_parallelism: usize) -> Result<
     Ok(out)
 }
 
+/// A store key and its encoded value (`None`: delete).
+type Entry = (Vec<u8>, Option<Vec<u8>>);
+
+/// Sorts a batch of one table's store keys (all `[group:2][name][0][key]`, the name part
+/// `name_end - 2` bytes long) into byte order. In that order the memtable's skip list finds
+/// each insert position next to the previous one; in the cache's hash order every insert
+/// searches from the top, which measured about 4.6× the instructions per key. Sorting the
+/// byte vectors directly spent as much again in comparisons and moves, so this sorts
+/// (group and first six key bytes as one integer, index) pairs and compares whole keys only
+/// on ties.
+fn in_key_order(batch: Vec<Entry>, name_end: usize) -> Vec<Entry> {
+    let prefix = |k: &[u8]| -> u64 {
+        let mut p = [0u8; 8];
+        p[..2].copy_from_slice(&k[..2]);
+        let rest = k.get(name_end..).unwrap_or_default();
+        let n = rest.len().min(6);
+        p[2..2 + n].copy_from_slice(&rest[..n]);
+        u64::from_be_bytes(p)
+    };
+    let mut order: Vec<(u64, u32)> = batch
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (prefix(k), i as u32))
+        .collect();
+    order.sort_unstable_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then_with(|| batch[a.1 as usize].0.cmp(&batch[b.1 as usize].0))
+    });
+    let mut slots: Vec<Option<Entry>> = batch.into_iter().map(Some).collect();
+    order
+        .into_iter()
+        .map(|(_, i)| slots[i as usize].take().expect("each index once"))
+        .collect()
+}
+
 impl<K: Key, V: Data> CachedTable<K, V> {
     pub(super) fn new(name: &str, store: Rc<dyn KvStore>) -> Self {
         CachedTable {
@@ -108,7 +143,7 @@ impl<K: Key, V: Data> CachedTable<K, V> {
             slot.dirty = false;
         }
         if !batch.is_empty() {
-            self.store.write(batch)?;
+            self.store.write(in_key_order(batch, self.name.len() + 3))?;
         }
         Ok(())
     }
@@ -231,5 +266,37 @@ impl<K: Key, UK: Key, UV: Data> MapAccess<UK, UV> for CachedMap<K, UK, UV> {
     }
     fn clear(&mut self) -> Result<()> {
         self.key.with(|k| self.table.borrow_mut().put(k, None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The cheap sort gives exactly byte order, whatever the keys share.
+        #[test]
+        fn batches_come_out_in_byte_order(
+            keys in prop::collection::btree_set(
+                (0u16..4, prop::collection::vec(0u8..3, 0..10)), 0..200),
+            name in "[a-z]{0,4}",
+        ) {
+            let batch: Vec<(Vec<u8>, Option<Vec<u8>>)> = keys
+                .iter()
+                .rev()
+                .enumerate()
+                .map(|(i, (g, k))| {
+                    let mut key = g.to_be_bytes().to_vec();
+                    key.extend_from_slice(name.as_bytes());
+                    key.push(0);
+                    key.extend_from_slice(k);
+                    (key, (i % 3 != 0).then(|| vec![i as u8]))
+                })
+                .collect();
+            let mut want = batch.clone();
+            want.sort();
+            prop_assert_eq!(in_key_order(batch, name.len() + 3), want);
+        }
     }
 }

@@ -124,7 +124,9 @@ pub struct BackendSnapshot {
 pub trait KvStore {
     /// The value under `key`.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
-    /// Applies puts (`Some`) and deletes (`None`) atomically.
+    /// Applies puts (`Some`) and deletes (`None`) atomically. Callers pass the batch in
+    /// key order where they can: an ordered store (RocksDB's memtable skip list) then
+    /// finds each insert position next to the previous one.
     fn write(&self, batch: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<()>;
     /// Number of key groups (keys are prefixed by their key group).
     fn max_parallelism(&self) -> usize;
