@@ -301,15 +301,15 @@ impl<T: Serialize + 'static> SinkFunction<T> for ApplyOnceSink<T> {
             .open
             .as_mut()
             .ok_or_else(|| Error::User("apply-once sink used before open".into()))?;
-        let effect = self.config.effect.clone().expect("checked in open");
+        let effect = self.config.effect.as_ref().expect("checked in open");
         // The key and the hash are made once, above the retry loop.
         let key = (self.config.key)(&record);
         let hash = payload_hash(&record)?;
-        let handler = self.config.handler.clone();
+        let handler = self.config.handler.as_str();
         let (store, conflicts) = (&open.store, &open.conflicts);
         let result = open.delivery.run(
             &mut |client, _attempt| {
-                let r = store.apply(client, &handler, &key, &hash, &mut |tx| effect(tx, &record));
+                let r = store.apply(client, handler, &key, &hash, &mut |tx| effect(tx, &record));
                 if matches!(r, Err(ApplyError::Conflict)) {
                     conflicts.inc();
                 }
