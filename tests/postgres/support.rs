@@ -79,6 +79,17 @@ impl Schema {
         format!("{}.processed_messages", self.name)
     }
 
+    /// The idempotency keys in `schema.processed_messages`, sorted.
+    pub fn keys(&mut self) -> Vec<String> {
+        let t = self.keys_table();
+        self.db
+            .query(&format!("SELECT idempotency_key FROM {t} ORDER BY 1"), &[])
+            .expect("read the keys")
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    }
+
     /// Rows per ledger key.
     pub fn ledger_counts(&mut self) -> std::collections::BTreeMap<String, i64> {
         self.db
