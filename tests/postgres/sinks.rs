@@ -258,6 +258,24 @@ fn an_unreachable_server_is_a_clear_error() {
 }
 
 #[test]
+fn an_invalid_retry_policy_is_refused_naming_the_setting() {
+    let env = Env::new();
+    env.from_iter(vec![c("k", "a", 1)]).sink(
+        "credits",
+        ApplyOnce::new(url(), "h", |c: &Credit| c.0.clone())
+            .effect_sql("SELECT 1", |_| vec![])
+            .retry(fast_retries(0))
+            .make(),
+    );
+    let e = run_failing(&env).to_string();
+    assert!(
+        e.contains("sink 'credits': retry policy: max_attempts must be at least 1")
+            && !e.contains("retry policy: retry policy"),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_sink_without_an_effect_is_refused() {
     let env = Env::new();
     env.from_iter(vec![c("k", "a", 1)]).sink(

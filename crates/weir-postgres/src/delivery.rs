@@ -5,9 +5,8 @@ use crate::{connect, describe, redact};
 use postgres::Client;
 use std::time::Duration;
 use weir_core::dlq::{DeadLetter, DeadLetterFactory, DeadLetterSink};
-use weir_core::metrics::{self, FloatGauge};
 use weir_core::ops::sink::SinkContext;
-use weir_core::retry::{Failed, GiveUp, Outcome, Retrier, RetryPolicy};
+use weir_core::retry::{Failed, GiveUp, Outcome, Retrier, RetryPolicy, retry_ratio_gauge};
 use weir_core::{Error, Result};
 
 /// The settings both sinks take.
@@ -46,7 +45,6 @@ pub(crate) struct Delivery {
     common: Common,
     client: Option<Client>,
     retrier: Retrier,
-    ratio: FloatGauge,
     dead_letters: Option<Box<dyn DeadLetterSink>>,
     pub handler: String,
 }
@@ -55,10 +53,18 @@ impl Delivery {
     /// Checks the settings and connects; an unreachable server or a bad URL fails here with
     /// the URL (password redacted) and the cause.
     pub fn open(common: &Common, handler: &str, ctx: &SinkContext) -> Result<Self> {
-        common
-            .retry
-            .validate()
-            .map_err(|e| Error::Config(format!("sink '{}': retry policy: {e}", ctx.name)))?;
+        let subtask = ctx.subtask.to_string();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let seed = nanos ^ (ctx.subtask as u64).rotate_left(32);
+        let retrier = Retrier::try_new(common.retry.clone(), seed)
+            .map_err(|e| Error::Config(format!("sink '{}': {e}", ctx.name)))?
+            .with_metric(retry_ratio_gauge(&[
+                ("operator", &ctx.name),
+                ("subtask", &subtask),
+            ]));
         let client = connect(
             &common.url,
             common.statement_timeout,
@@ -77,21 +83,10 @@ impl Delivery {
             Some(make) => Some(make(handler, ctx)?),
             None => None,
         };
-        let subtask = ctx.subtask.to_string();
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        let seed = nanos ^ (ctx.subtask as u64).rotate_left(32);
         Ok(Delivery {
             common: common.clone(),
             client: Some(client),
-            retrier: Retrier::new(common.retry.clone(), seed),
-            ratio: metrics::float_gauge(
-                "retry_ratio",
-                "Retries as a share of first attempts, per sink subtask (the retry budget caps it).",
-                &[("operator", &ctx.name), ("subtask", &subtask)],
-            ),
+            retrier,
             dead_letters,
             handler: handler.to_string(),
         })
@@ -102,8 +97,9 @@ impl Delivery {
         reconnect(&mut self.client, &self.common)
     }
 
-    /// Runs `op` under the retry policy (one request of the retry budget). `op` gets a live connection and the attempt
-    /// number; a connection that breaks is dropped and made again for the next attempt.
+    /// Runs `op` under the retry policy (one request of the retry budget; the retrier keeps
+    /// the `retry_ratio` gauge current). `op` gets a live connection and the attempt number;
+    /// a connection that breaks is dropped and made again for the next attempt.
     pub fn run<R, E>(
         &mut self,
         op: &mut dyn FnMut(&mut Client, u32) -> std::result::Result<R, E>,
@@ -114,10 +110,9 @@ impl Delivery {
             common,
             client,
             retrier,
-            ratio,
             ..
         } = self;
-        let result = retrier.run(
+        retrier.run(
             |attempt| {
                 let c = reconnect(client, common).map_err(from_pg)?;
                 let r = op(c, attempt);
@@ -128,9 +123,7 @@ impl Delivery {
             },
             classify,
             std::thread::sleep,
-        );
-        ratio.set(retrier.retry_ratio());
-        result
+        )
     }
 
     /// What happens to a record the retry loop gave up on: a stale token is only reported,
