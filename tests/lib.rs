@@ -251,3 +251,37 @@ pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// The address of a service the tests need: the environment variable `var` if it is set,
+/// otherwise `scripts/SCRIPT start` run with `env` (the scripts are idempotent, so later
+/// runs reuse the service), whose last line of output is the address.
+///
+/// # Panics
+/// When the script fails; the message holds its standard error.
+pub fn service_address(var: &str, script: &str, env: &[(&str, std::ffi::OsString)]) -> String {
+    if let Ok(v) = std::env::var(var)
+        && !v.trim().is_empty()
+    {
+        return v.trim().to_string();
+    }
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../scripts")
+        .join(script);
+    let out = std::process::Command::new("bash")
+        .arg(&path)
+        .arg("start")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap_or_else(|e| panic!("run scripts/{script}: {e}"));
+    assert!(
+        out.status.success(),
+        "scripts/{script} start failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_else(|| panic!("scripts/{script} start printed no address"))
+        .trim()
+        .to_string()
+}

@@ -23,35 +23,18 @@ pub const TXN_MAX_TIMEOUT_MS: u64 = 300_000;
 pub fn broker() -> &'static str {
     static B: OnceLock<String> = OnceLock::new();
     B.get_or_init(|| {
-        if let Ok(b) = std::env::var("WEIR_KAFKA_BROKERS")
-            && !b.trim().is_empty()
-        {
-            return b.trim().to_string();
-        }
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka.sh");
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kafka");
-        let out = Command::new("bash")
-            .arg(&script)
-            .arg("start")
-            .env("WEIR_KAFKA_DIR", &dir)
-            .env(
-                "WEIR_KAFKA_TXN_MAX_TIMEOUT_MS",
-                TXN_MAX_TIMEOUT_MS.to_string(),
-            )
-            .output()
-            .expect("run scripts/kafka.sh");
-        assert!(
-            out.status.success(),
-            "scripts/kafka.sh start failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        stdout
-            .lines()
-            .last()
-            .expect("kafka.sh prints the address")
-            .trim()
-            .to_string()
+        weir_tests::service_address(
+            "WEIR_KAFKA_BROKERS",
+            "kafka.sh",
+            &[
+                ("WEIR_KAFKA_DIR", dir.into()),
+                (
+                    "WEIR_KAFKA_TXN_MAX_TIMEOUT_MS",
+                    TXN_MAX_TIMEOUT_MS.to_string().into(),
+                ),
+            ],
+        )
     })
 }
 

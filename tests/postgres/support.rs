@@ -1,7 +1,5 @@
 //! The test server, a schema per test, and plain-SQL checks that do not go through weir.
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 use weir_postgres::postgres::{Client, NoTls};
 
@@ -11,30 +9,12 @@ use weir_postgres::postgres::{Client, NoTls};
 pub fn url() -> &'static str {
     static U: OnceLock<String> = OnceLock::new();
     U.get_or_init(|| {
-        if let Ok(u) = std::env::var("WEIR_POSTGRES_URL")
-            && !u.trim().is_empty()
-        {
-            return u.trim().to_string();
-        }
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/postgres.sh");
         let dir = std::env::temp_dir().join("weir-test-postgres");
-        let out = Command::new("bash")
-            .arg(&script)
-            .arg("start")
-            .env("WEIR_POSTGRES_DIR", &dir)
-            .output()
-            .expect("run scripts/postgres.sh");
-        assert!(
-            out.status.success(),
-            "scripts/postgres.sh start failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .expect("postgres.sh prints the URL")
-            .trim()
-            .to_string()
+        weir_tests::service_address(
+            "WEIR_POSTGRES_URL",
+            "postgres.sh",
+            &[("WEIR_POSTGRES_DIR", dir.into())],
+        )
     })
 }
 
