@@ -25,13 +25,51 @@
 //!   (the job then exits 0 and prints the savepoint's path).
 //! - Exits 0 once the input is consumed and the final checkpoint has committed everything;
 //!   a malformed line fails the job with the line's content and number.
+//!
+//! The same job runs as a cluster (docs/cluster.md):
+//!
+//! ```text
+//! file_sum --cluster coordinator --listen HOST:PORT --workers N [--heartbeat-timeout-ms MS] <job flags as above>
+//! file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS]
+//! ```
+//!
+//! - The coordinator waits for N workers, runs the job on their slots (a slot runs one
+//!   subtask of every operator, so parallelism P needs P slots), and exits 0 when the job
+//!   has finished and committed. Its job flags are handed to every worker, which builds
+//!   the same pipeline from them; input, output and checkpoint directories must be visible
+//!   to every process (one machine, or a shared file system).
+//! - A worker joins (waiting up to `--join-timeout-ms`, default 60000, for the coordinator
+//!   to be up), runs the subtasks it is given, and exits 0 when the coordinator says the
+//!   job is done. `--slots` defaults to 2.
+//! - A worker that stops answering for `--heartbeat-timeout-ms` (default 5000) is declared
+//!   lost: the job restarts on the remaining workers from its last complete checkpoint, or
+//!   waits for a new worker when slots are short. The output is the same as one process's.
 
 use anyhow::{Context, bail};
 use std::path::PathBuf;
 use std::time::Duration;
+use weir::cluster::{ClusterConfig, join};
 use weir::prelude::*;
 
+/// How this process takes part.
+enum Role {
+    Alone,
+    Coordinator {
+        listen: String,
+        workers: usize,
+        heartbeat_timeout_ms: u64,
+    },
+    Worker {
+        coordinator: String,
+        slots: usize,
+        join_timeout_ms: u64,
+    },
+}
+
 struct Args {
+    role: Role,
+    /// The job flags as given, handed to the workers by a coordinator.
+    job_args: Vec<String>,
     input: PathBuf,
     output: PathBuf,
     checkpoint_dir: PathBuf,
@@ -42,7 +80,15 @@ struct Args {
     state: BackendKind,
 }
 
-fn parse_args() -> anyhow::Result<Args> {
+fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
+    let mut role = None::<String>;
+    let mut listen = None;
+    let mut workers = None;
+    let mut heartbeat_timeout_ms = 5000;
+    let mut coordinator = None;
+    let mut slots = 2;
+    let mut join_timeout_ms = 60_000;
+    let mut job_args = Vec::new();
     let mut input = None;
     let mut output = None;
     let mut checkpoint_dir = None;
@@ -56,10 +102,37 @@ fn parse_args() -> anyhow::Result<Args> {
     } else {
         "memory"
     })?;
-    let mut it = std::env::args().skip(1);
+    let mut it = argv.into_iter();
     while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        let mut value = || {
+            let v = it.next().with_context(|| format!("{flag} needs a value"))?;
+            if !matches!(
+                flag.as_str(),
+                "--cluster"
+                    | "--listen"
+                    | "--workers"
+                    | "--heartbeat-timeout-ms"
+                    | "--coordinator"
+                    | "--slots"
+                    | "--join-timeout-ms"
+            ) {
+                job_args.push(flag.clone());
+                job_args.push(v.clone());
+            }
+            anyhow::Ok(v)
+        };
         match flag.as_str() {
+            "--cluster" => role = Some(value()?),
+            "--listen" => listen = Some(value()?),
+            "--workers" => workers = Some(value()?.parse().context("--workers")?),
+            "--heartbeat-timeout-ms" => {
+                heartbeat_timeout_ms = value()?.parse().context("--heartbeat-timeout-ms")?
+            }
+            "--coordinator" => coordinator = Some(value()?),
+            "--slots" => slots = value()?.parse().context("--slots")?,
+            "--join-timeout-ms" => {
+                join_timeout_ms = value()?.parse().context("--join-timeout-ms")?
+            }
             "--input" => input = Some(PathBuf::from(value()?)),
             "--output" => output = Some(PathBuf::from(value()?)),
             "--checkpoint-dir" => checkpoint_dir = Some(PathBuf::from(value()?)),
@@ -74,14 +147,49 @@ fn parse_args() -> anyhow::Result<Args> {
                 println!(
                     "usage: file_sum --input IN --output OUTDIR --checkpoint-dir CKDIR \
                      [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
-                     [--from-savepoint PATH] [--state rocksdb|memory]"
+                     [--from-savepoint PATH] [--state rocksdb|memory]\n       \
+                     file_sum --cluster coordinator --listen HOST:PORT --workers N \
+                     [--heartbeat-timeout-ms MS] <job flags>\n       \
+                     file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS]"
                 );
                 std::process::exit(0);
             }
             other => bail!("unknown flag {other}; see --help"),
         }
     }
+    let role = match role.as_deref() {
+        None => Role::Alone,
+        Some("coordinator") => Role::Coordinator {
+            listen: listen.context("--cluster coordinator needs --listen HOST:PORT")?,
+            workers: workers.context("--cluster coordinator needs --workers N")?,
+            heartbeat_timeout_ms,
+        },
+        Some("worker") => {
+            let coordinator =
+                coordinator.context("--cluster worker needs --coordinator HOST:PORT")?;
+            // A worker gets the job flags from the coordinator.
+            return Ok(Args {
+                role: Role::Worker {
+                    coordinator,
+                    slots,
+                    join_timeout_ms,
+                },
+                job_args,
+                input: PathBuf::new(),
+                output: PathBuf::new(),
+                checkpoint_dir: PathBuf::new(),
+                interval_ms,
+                parallelism,
+                max_rate,
+                from_savepoint,
+                state,
+            });
+        }
+        Some(other) => bail!("--cluster is `coordinator` or `worker`, not `{other}`"),
+    };
     Ok(Args {
+        role,
+        job_args,
         input: input.context("--input IN is required")?,
         output: output.context("--output OUTDIR is required")?,
         checkpoint_dir: checkpoint_dir.context("--checkpoint-dir CKDIR is required")?,
@@ -133,14 +241,51 @@ fn parse_line(line: &str) -> weir::Result<(String, i64)> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let args = parse_args()?;
+    let mut args = parse_args(std::env::args().skip(1).collect())?;
+    let mut cluster = None;
+    match std::mem::replace(&mut args.role, Role::Alone) {
+        Role::Alone => {}
+        Role::Coordinator {
+            listen,
+            workers,
+            heartbeat_timeout_ms,
+        } => {
+            let mut c = ClusterConfig::coordinator(&listen, workers, args.job_args.clone());
+            c.heartbeat_timeout = Duration::from_millis(heartbeat_timeout_ms);
+            c.heartbeat_interval = c.heartbeat_interval.min(c.heartbeat_timeout / 4);
+            cluster = Some(c);
+        }
+        Role::Worker {
+            coordinator,
+            slots,
+            join_timeout_ms,
+        } => {
+            let joined = join(&coordinator, slots, Duration::from_millis(join_timeout_ms))?;
+            // Build the pipeline from the coordinator's job flags.
+            args = parse_args(joined.args().to_vec()).context("the coordinator's job flags")?;
+            if !matches!(args.role, Role::Alone) {
+                bail!("the coordinator handed out cluster flags as job flags");
+            }
+            cluster = Some(ClusterConfig::worker(joined));
+        }
+    }
+    run(args, cluster)
+}
+
+fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
+    let worker = cluster
+        .as_ref()
+        .is_some_and(|c| matches!(c.role, weir::cluster::ClusterRole::Worker(_)));
     let mut checkpoints = CheckpointConfig::new(&args.checkpoint_dir)
         .interval(Duration::from_millis(args.interval_ms));
     checkpoints.restore_from = args.from_savepoint.clone();
-    let env = Env::new()
+    let mut env = Env::new()
         .parallelism(args.parallelism)
         .state_backend(args.state.clone())
         .checkpoints(checkpoints);
+    if let Some(c) = cluster {
+        env = env.cluster(c);
+    }
     let lines = match args.max_rate {
         Some(r) => env.read_text_file_at_rate(&args.input, r),
         None => env.read_text_file(&args.input),
@@ -158,6 +303,10 @@ fn main() -> anyhow::Result<()> {
         .write_text_exactly_once(&args.output, |(k, s)| format!("{k},{s}"))
         .uid("sink");
     let result = env.execute("file_sum").context("file_sum failed")?;
+    if worker {
+        eprintln!("file_sum: worker done");
+        return Ok(());
+    }
     if result.stopped_with_savepoint {
         let path = result
             .savepoints

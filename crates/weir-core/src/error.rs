@@ -73,6 +73,17 @@ pub enum Error {
     /// The job was cancelled before it finished.
     #[error("job cancelled")]
     Cancelled,
+    /// A failure reported by another process of a cluster (a worker's task, or the loss
+    /// of a worker), with its message and classification kept.
+    #[error("{message}")]
+    Remote {
+        /// What happened, as the other process reported it.
+        message: String,
+        /// A restart would fail the same way.
+        deterministic: bool,
+        /// A consequence of another failure or of cancellation.
+        secondary: bool,
+    },
 }
 
 impl Error {
@@ -117,6 +128,7 @@ impl Error {
         match self {
             Error::Operator { cause, .. } => cause.is_deterministic(),
             Error::Config(_) | Error::Malformed(_) => true,
+            Error::Remote { deterministic, .. } => *deterministic,
             _ => false,
         }
     }
@@ -124,7 +136,15 @@ impl Error {
     /// True when the error is a consequence of another failure or of cancellation,
     /// not a root cause.
     pub fn is_secondary(&self) -> bool {
-        matches!(self, Error::Cancelled | Error::ChannelClosed(_))
+        matches!(
+            self,
+            Error::Cancelled
+                | Error::ChannelClosed(_)
+                | Error::Remote {
+                    secondary: true,
+                    ..
+                }
+        )
     }
 
     /// Turns a panic payload into an error.

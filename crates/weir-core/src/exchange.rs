@@ -86,6 +86,129 @@ pub struct ChannelSet {
     pub writers: Vec<Box<dyn Any + Send>>,
     /// Per consumer subtask: its receivers (one per connected producer), type-erased.
     pub readers: Vec<Box<dyn Any + Send>>,
+    /// Both ends of every channel as bytes, for carrying channels across processes; filled
+    /// only by [`Exchange::linked_channels`]. A link holds its channel open while it lives,
+    /// so drop the links a process does not bridge.
+    pub links: Vec<Link>,
+}
+
+/// One producer→consumer channel of an edge with both ends speaking bytes: a cluster
+/// worker bridges the producer end ([`LinkReader`]) to a TCP connection when the consumer
+/// runs elsewhere, and feeds frames from the network into the consumer end
+/// ([`LinkWriter`]) when the producer runs elsewhere.
+pub struct Link {
+    /// Producer subtask.
+    pub producer: usize,
+    /// Consumer subtask.
+    pub consumer: usize,
+    /// Reads and encodes what the producer writes.
+    pub reader: Box<dyn LinkReader>,
+    /// Decodes messages and hands them to the consumer.
+    pub writer: Box<dyn LinkWriter>,
+}
+
+/// What [`LinkReader::next`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkRead {
+    /// A message was encoded into the buffer; `end` when it was the end of the channel.
+    Msg {
+        /// The message was [`Msg::End`].
+        end: bool,
+    },
+    /// Nothing arrived within the timeout.
+    Timeout,
+    /// The producer is gone without ending the channel (it failed).
+    Disconnected,
+}
+
+/// The producer end of a channel, encoding messages to bytes.
+pub trait LinkReader: Send {
+    /// Waits up to `timeout` for the next message and encodes it into `buf` (cleared first).
+    fn next(&mut self, timeout: std::time::Duration, buf: &mut Vec<u8>) -> Result<LinkRead>;
+}
+
+/// The consumer end of a channel, decoding bytes into messages.
+pub trait LinkWriter: Send {
+    /// Decodes one message from `bytes` and sends it into the channel, blocking while the
+    /// channel is full. Returns true when the message ended the channel.
+    fn write(&mut self, bytes: &[u8]) -> Result<bool>;
+}
+
+const TAG_BATCH: u8 = 0;
+const TAG_WATERMARK: u8 = 1;
+const TAG_IDLE: u8 = 2;
+const TAG_BARRIER: u8 = 3;
+const TAG_END: u8 = 4;
+
+/// Encodes a channel message: a tag byte, then the batch (codec) or the control value.
+fn encode_msg<T: Data>(msg: &Msg<T>, buf: &mut Vec<u8>) -> Result<()> {
+    buf.clear();
+    match msg {
+        Msg::Batch(b) => {
+            buf.push(TAG_BATCH);
+            crate::codec::encode_into(b, buf)?;
+        }
+        Msg::Watermark(w) => {
+            buf.push(TAG_WATERMARK);
+            buf.extend_from_slice(&w.to_le_bytes());
+        }
+        Msg::Idle(i) => buf.extend_from_slice(&[TAG_IDLE, u8::from(*i)]),
+        Msg::Barrier(id) => {
+            buf.push(TAG_BARRIER);
+            buf.extend_from_slice(&id.0.to_le_bytes());
+        }
+        Msg::End => buf.push(TAG_END),
+    }
+    Ok(())
+}
+
+fn decode_msg<T: Data>(bytes: &[u8]) -> Result<Msg<T>> {
+    let bad = || {
+        Error::Codec(format!(
+            "malformed channel message of {} bytes",
+            bytes.len()
+        ))
+    };
+    let (&tag, rest) = bytes.split_first().ok_or_else(bad)?;
+    let word = || -> Result<[u8; 8]> { rest.try_into().map_err(|_| bad()) };
+    Ok(match tag {
+        TAG_BATCH => Msg::Batch(crate::codec::decode(rest)?),
+        TAG_WATERMARK => Msg::Watermark(i64::from_le_bytes(word()?)),
+        TAG_IDLE if rest.len() == 1 => Msg::Idle(rest[0] != 0),
+        TAG_BARRIER => Msg::Barrier(CheckpointId(u64::from_le_bytes(word()?))),
+        TAG_END if rest.is_empty() => Msg::End,
+        _ => return Err(bad()),
+    })
+}
+
+struct TypedLinkReader<T>(Receiver<Msg<T>>);
+
+impl<T: Data> LinkReader for TypedLinkReader<T> {
+    fn next(&mut self, timeout: std::time::Duration, buf: &mut Vec<u8>) -> Result<LinkRead> {
+        match self.0.recv_timeout(timeout) {
+            Ok(msg) => {
+                encode_msg(&msg, buf)?;
+                Ok(LinkRead::Msg {
+                    end: matches!(msg, Msg::End),
+                })
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Ok(LinkRead::Timeout),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Ok(LinkRead::Disconnected),
+        }
+    }
+}
+
+struct TypedLinkWriter<T>(Sender<Msg<T>>);
+
+impl<T: Data> LinkWriter for TypedLinkWriter<T> {
+    fn write(&mut self, bytes: &[u8]) -> Result<bool> {
+        let msg = decode_msg::<T>(bytes)?;
+        let end = matches!(msg, Msg::End);
+        self.0
+            .send(msg)
+            .map_err(|_| Error::ChannelClosed("downstream subtask stopped".into()))?;
+        Ok(end)
+    }
 }
 
 /// The type-erased face of one edge of the graph, created where its element type is known.
@@ -94,6 +217,14 @@ pub trait Exchange: Send + Sync {
     fn kind(&self) -> PartitionKind;
     /// Creates the channels between `producers` and `consumers` subtasks.
     fn channels(&self, producers: usize, consumers: usize, cfg: ExchangeConfig) -> ChannelSet;
+    /// Like [`Exchange::channels`], and also returns both ends of every channel as a
+    /// [`Link`], for a cluster worker to carry some of them over the network.
+    fn linked_channels(
+        &self,
+        producers: usize,
+        consumers: usize,
+        cfg: ExchangeConfig,
+    ) -> ChannelSet;
     /// Binds a consumer's receivers to the operator input (`Box<dyn Output<T>>` in a
     /// `Box<dyn Any>`) it feeds.
     fn bind(&self, readers: Box<dyn Any + Send>, input: Box<dyn Any>)
@@ -117,6 +248,45 @@ impl<T: Data> Exchange for TypedExchange<T> {
     }
 
     fn channels(&self, producers: usize, consumers: usize, cfg: ExchangeConfig) -> ChannelSet {
+        self.make(producers, consumers, cfg, false)
+    }
+
+    fn linked_channels(
+        &self,
+        producers: usize,
+        consumers: usize,
+        cfg: ExchangeConfig,
+    ) -> ChannelSet {
+        self.make(producers, consumers, cfg, true)
+    }
+
+    fn bind(
+        &self,
+        readers: Box<dyn Any + Send>,
+        input: Box<dyn Any>,
+    ) -> Result<Box<dyn InputGate>> {
+        let receivers = *readers
+            .downcast::<Vec<Receiver<Msg<T>>>>()
+            .map_err(|_| Error::Config("internal: receiver type mismatch".into()))?;
+        let input = *input
+            .downcast::<Box<dyn Output<T>>>()
+            .map_err(|_| Error::Config("internal: operator input type mismatch".into()))?;
+        Ok(Box::new(TypedGate {
+            receivers,
+            input: RefCell::new(input),
+        }))
+    }
+}
+
+impl<T: Data> TypedExchange<T> {
+    fn make(
+        &self,
+        producers: usize,
+        consumers: usize,
+        cfg: ExchangeConfig,
+        links: bool,
+    ) -> ChannelSet {
+        let mut link_list = Vec::new();
         let forward = matches!(self.partitioning, Partitioning::Forward) && producers == consumers;
         let mut senders: Vec<Vec<Sender<Msg<T>>>> = (0..producers).map(|_| Vec::new()).collect();
         let mut receivers: Vec<Vec<Receiver<Msg<T>>>> =
@@ -127,6 +297,14 @@ impl<T: Data> Exchange for TypedExchange<T> {
                     continue;
                 }
                 let (s, r) = crossbeam_channel::bounded(cfg.channel_capacity);
+                if links {
+                    link_list.push(Link {
+                        producer: p,
+                        consumer: c,
+                        reader: Box::new(TypedLinkReader(r.clone())),
+                        writer: Box::new(TypedLinkWriter(s.clone())),
+                    });
+                }
                 row.push(s);
                 rx.push(r);
             }
@@ -151,24 +329,11 @@ impl<T: Data> Exchange for TypedExchange<T> {
             .into_iter()
             .map(|r| Box::new(r) as Box<dyn Any + Send>)
             .collect();
-        ChannelSet { writers, readers }
-    }
-
-    fn bind(
-        &self,
-        readers: Box<dyn Any + Send>,
-        input: Box<dyn Any>,
-    ) -> Result<Box<dyn InputGate>> {
-        let receivers = *readers
-            .downcast::<Vec<Receiver<Msg<T>>>>()
-            .map_err(|_| Error::Config("internal: receiver type mismatch".into()))?;
-        let input = *input
-            .downcast::<Box<dyn Output<T>>>()
-            .map_err(|_| Error::Config("internal: operator input type mismatch".into()))?;
-        Ok(Box::new(TypedGate {
-            receivers,
-            input: RefCell::new(input),
-        }))
+        ChannelSet {
+            writers,
+            readers,
+            links: link_list,
+        }
     }
 }
 

@@ -36,6 +36,9 @@ pub struct JobConfig {
     /// Serve the metrics in the Prometheus text format on `http://ADDRESS/metrics` while
     /// the job runs (`host:port`; port 0 picks a free one, see `JobHandle::metrics_address`).
     pub metrics_address: Option<String>,
+    /// Runs the job as part of a cluster (coordinator or worker); `None` runs it in this
+    /// process alone.
+    pub cluster: Option<crate::cluster::ClusterConfig>,
 }
 
 /// How and where a job checkpoints, and how it restarts after a failure.
@@ -143,6 +146,7 @@ impl Default for JobConfig {
             progress_interval: None,
             checkpoint: None,
             metrics_address: None,
+            cluster: None,
         }
     }
 }
@@ -161,6 +165,9 @@ impl JobConfig {
         }
         if self.batch_size == 0 {
             return Err(Error::Config("batch size must be at least 1 record".into()));
+        }
+        if let Some(c) = &self.cluster {
+            c.validate()?;
         }
         if self.channel_capacity == 0 {
             return Err(Error::Config(

@@ -337,7 +337,10 @@ pub fn start(name: &str, graph: Graph, cfg: JobConfig) -> Result<JobHandle> {
     let thread = std::thread::Builder::new()
         .name(format!("weir-job-{name}"))
         .spawn(move || {
-            let r = run(&name, job);
+            let r = match job.cfg.cluster.clone() {
+                Some(cluster) => crate::cluster::run(&name, job, &cluster),
+                None => run(&name, job),
+            };
             drop(server);
             r
         })
@@ -349,14 +352,35 @@ pub fn start(name: &str, graph: Graph, cfg: JobConfig) -> Result<JobHandle> {
     })
 }
 
-struct Running {
-    name: String,
-    subtask: usize,
-    parallelism: usize,
-    is_source: bool,
-    key: TaskKey,
-    progress: Arc<AtomicU64>,
-    commands: Sender<TaskCommand>,
+/// A running task, as the attempt loop sees it.
+pub(crate) struct Running {
+    pub name: String,
+    pub subtask: usize,
+    pub parallelism: usize,
+    pub is_source: bool,
+    pub key: TaskKey,
+    /// Records read or received so far (local tasks; remote ones report 0).
+    pub progress: Arc<AtomicU64>,
+    pub commands: Commands,
+}
+
+/// Where a task's commands go.
+pub(crate) enum Commands {
+    /// A task thread of this process.
+    Local(Sender<TaskCommand>),
+    /// A task on a cluster worker.
+    Remote(Box<dyn Fn(TaskCommand) + Send>),
+}
+
+impl Commands {
+    pub(crate) fn send(&self, cmd: TaskCommand) {
+        match self {
+            Commands::Local(s) => {
+                let _ = s.send(cmd);
+            }
+            Commands::Remote(f) => f(cmd),
+        }
+    }
 }
 
 /// What one attempt of the job ended with.
@@ -373,6 +397,15 @@ struct Attempt {
 }
 
 fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
+    run_with(name, job, &mut LocalExecutor::default())
+}
+
+/// Runs the job's attempts on `executor` until it ends, fails for good or is cancelled.
+pub(crate) fn run_with(
+    name: &str,
+    job: Arc<JobShared>,
+    executor: &mut dyn Executor,
+) -> Result<JobResult> {
     let started = Instant::now();
     let storage = match &job.cfg.checkpoint {
         Some(c) => Some(CheckpointStorage::open(&c.dir).map_err(|e| Error::Config(e.to_string()))?),
@@ -380,7 +413,6 @@ fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
     };
     let mut attempt = 0u32;
     let mut savepoints = Vec::new();
-    let mut restore_dir: Option<PathBuf> = None;
     let mut checkpoints_completed = 0u64;
     let mut explicit = job
         .cfg
@@ -388,7 +420,7 @@ fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
         .as_ref()
         .and_then(|c| c.restore_from.clone());
     loop {
-        let mut restore = RestoreMap::new();
+        let mut restore = None;
         let mut first_id = CheckpointId(1);
         if let Some(storage) = &storage {
             if let Some((manifest, path)) = checkpoints::find_restore(storage, explicit.as_deref())?
@@ -410,34 +442,17 @@ fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
                     path.display()
                 );
                 tracing::info!(checkpoint = %manifest.checkpoint_id, path = %path.display(), "restoring");
-                let local = restore_dir.get_or_insert_with(|| {
-                    let nanos = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map(|d| d.as_nanos())
-                        .unwrap_or(0);
-                    remove_orphan_restore_dirs();
-                    std::env::temp_dir()
-                        .join(format!("weir-restore-{}-{nanos:x}", std::process::id()))
-                });
-                let _ = std::fs::remove_dir_all(&*local);
-                restore = checkpoints::restore_map(
-                    storage,
-                    &manifest,
-                    &path,
-                    &job.graph,
-                    &job.plan,
-                    job.cfg.max_parallelism,
-                    local,
-                )?;
+                restore = Some((manifest, path));
             }
             first_id = storage
                 .next_id()
                 .map_err(|e| Error::Config(e.to_string()))?;
         }
-        let outcome = run_attempt(name, &job, storage.as_ref(), restore, first_id, started);
-        if let Some(dir) = restore_dir.take() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
+        let outcome = match executor.launch(&job, storage.as_ref(), restore.as_ref()) {
+            Ok(launched) => run_attempt(name, &job, storage.as_ref(), launched, first_id, started),
+            Err(e) => Err(e),
+        };
+        executor.attempt_ended();
         let outcome = outcome?;
         savepoints.extend(outcome.savepoints.iter().cloned());
         checkpoints_completed += outcome.completed_count;
@@ -525,17 +540,106 @@ fn backoff(s: &crate::RestartStrategy, attempt: u32) -> Duration {
     Duration::from_nanos(x % (cap.as_nanos() as u64).max(1))
 }
 
-fn run_attempt(
-    name: &str,
+/// One attempt's tasks, wherever they run: their handles, the events they report, and
+/// how to cancel them.
+pub(crate) struct Launched {
+    pub running: Vec<Running>,
+    pub events: crossbeam_channel::Receiver<TaskEvent>,
+    /// Set when the attempt must stop (a task failed, or the job was cancelled).
+    pub cancel: Arc<AtomicBool>,
+    /// Called once when `cancel` is first seen set (a cluster tells its workers).
+    pub on_cancel: Box<dyn Fn() + Send>,
+    pub threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// Where a job's tasks run: threads of this process, or the workers of a cluster.
+pub(crate) trait Executor {
+    /// Starts the tasks of one attempt, restored from `restore` when given.
+    fn launch(
+        &mut self,
+        job: &Arc<JobShared>,
+        storage: Option<&CheckpointStorage>,
+        restore: Option<&(weir_checkpoint::Manifest, PathBuf)>,
+    ) -> Result<Launched>;
+    /// The attempt's tasks have all ended.
+    fn attempt_ended(&mut self) {}
+}
+
+/// Runs every task on a thread of this process.
+#[derive(Default)]
+pub(crate) struct LocalExecutor {
+    /// Local copies of restored backend files, removed when the attempt ends.
+    restore_dir: Option<PathBuf>,
+}
+
+impl Drop for LocalExecutor {
+    fn drop(&mut self) {
+        self.attempt_ended();
+    }
+}
+
+impl Executor for LocalExecutor {
+    fn launch(
+        &mut self,
+        job: &Arc<JobShared>,
+        storage: Option<&CheckpointStorage>,
+        restore: Option<&(weir_checkpoint::Manifest, PathBuf)>,
+    ) -> Result<Launched> {
+        let mut map = RestoreMap::new();
+        if let (Some(storage), Some((manifest, path))) = (storage, restore) {
+            let local = restore_scratch_dir();
+            let r = checkpoints::restore_map(
+                storage,
+                manifest,
+                path,
+                &job.graph,
+                &job.plan,
+                job.cfg.max_parallelism,
+                &local,
+            );
+            self.restore_dir = Some(local);
+            map = r?;
+        }
+        launch_local(job, map, None)
+    }
+
+    fn attempt_ended(&mut self) {
+        if let Some(dir) = self.restore_dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// A fresh directory name for restored backend files (`weir-restore-{pid}-{nanos}`).
+pub(crate) fn restore_scratch_dir() -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    remove_orphan_restore_dirs();
+    std::env::temp_dir().join(format!("weir-restore-{}-{nanos:x}", std::process::id()))
+}
+
+/// Which tasks of the graph this process runs, and how its channels to the other
+/// processes are carried (cluster workers).
+pub(crate) struct Subset<'a> {
+    /// Tasks (head node, subtask) this process runs.
+    pub local: &'a std::collections::HashSet<(usize, usize)>,
+    /// Receives the channel links that cross to another process.
+    pub links: &'a mut dyn FnMut(crate::task::LinkKey, weir_core::exchange::Link),
+    /// The start gate also waits for one extra arrival (the cluster-wide start).
+    pub start: Arc<task::StartGate>,
+}
+
+/// Spawns the threads of the tasks (all of them, or the `subset` of a cluster worker).
+pub(crate) fn launch_local(
     job: &Arc<JobShared>,
-    storage: Option<&CheckpointStorage>,
     mut restore: RestoreMap,
-    first_id: CheckpointId,
-    started: Instant,
-) -> Result<Attempt> {
+    subset: Option<Subset<'_>>,
+) -> Result<Launched> {
     let cancel = Arc::new(AtomicBool::new(false));
     let (events_tx, events_rx) = crossbeam_channel::unbounded::<TaskEvent>();
-    let specs = task_specs(job, &cancel, &events_tx, &mut restore)?;
+    let specs = task_specs(job, &cancel, &events_tx, &mut restore, subset)?;
     drop(events_tx);
     let mut running: Vec<Running> = Vec::new();
     let mut threads = Vec::new();
@@ -548,7 +652,7 @@ fn run_attempt(
             is_source: node.kind == NodeKind::Source,
             key: TaskKey::new(spec.head, spec.subtask),
             progress: spec.progress.clone(),
-            commands,
+            commands: Commands::Local(commands),
         });
         let job = job.clone();
         let cancel = cancel.clone();
@@ -569,6 +673,31 @@ fn run_attempt(
             .map_err(|e| Error::io("spawning a task thread", e))?;
         threads.push(t);
     }
+    Ok(Launched {
+        running,
+        events: events_rx,
+        cancel,
+        on_cancel: Box::new(|| {}),
+        threads,
+    })
+}
+
+fn run_attempt(
+    name: &str,
+    job: &Arc<JobShared>,
+    storage: Option<&CheckpointStorage>,
+    launched: Launched,
+    first_id: CheckpointId,
+    started: Instant,
+) -> Result<Attempt> {
+    let Launched {
+        running,
+        events: events_rx,
+        cancel,
+        on_cancel,
+        threads,
+    } = launched;
+    let mut cancel_sent = false;
     let mut coordinator = match &job.cfg.checkpoint {
         Some(c) => {
             let sources = running.iter().filter(|t| t.is_source).map(|t| t.key);
@@ -688,6 +817,7 @@ fn run_attempt(
                     }
                     Ok(Err(e)) => {
                         tracing::error!(task = %t.name, subtask = t.subtask, error = %e, "task failed");
+                        cancel.store(true, Ordering::SeqCst);
                         first_error.get_or_insert(e);
                     }
                     Err(panic) => {
@@ -696,6 +826,7 @@ fn run_attempt(
                             subtask: t.subtask,
                             parallelism: t.parallelism,
                         });
+                        cancel.store(true, Ordering::SeqCst);
                         first_error.get_or_insert(e);
                     }
                 }
@@ -710,6 +841,10 @@ fn run_attempt(
         }
         if job.cancel.load(Ordering::SeqCst) {
             cancel.store(true, Ordering::SeqCst);
+        }
+        if cancel.load(Ordering::SeqCst) && !cancel_sent {
+            cancel_sent = true;
+            on_cancel();
         }
         if let (Some(c), Some(storage)) = (coordinator.as_mut(), storage) {
             // Requests from JobHandle or from `weir savepoint` (a request file in the directory).
@@ -745,7 +880,7 @@ fn run_attempt(
                 Action::Trigger { id, sources, kind } => {
                     let is_final = kind == CheckpointKind::Final;
                     for k in sources {
-                        let _ = running[by_key[&k]]
+                        running[by_key[&k]]
                             .commands
                             .send(TaskCommand::Trigger(id, is_final));
                     }
@@ -765,13 +900,13 @@ fn run_attempt(
                     completed = Some(id);
                     completed_count += 1;
                     for t in &running {
-                        let _ = t.commands.send(TaskCommand::Complete(id));
+                        t.commands.send(TaskCommand::Complete(id));
                     }
                     if kind == CheckpointKind::Savepoint && stop_after.is_some_and(|s| id >= s) {
                         // Tasks handle commands in order: they commit, then stop.
                         stopped = true;
                         for t in &running {
-                            let _ = t.commands.send(TaskCommand::Stop);
+                            t.commands.send(TaskCommand::Stop);
                         }
                     }
                     if let Some(cfg) = &job.cfg.checkpoint
@@ -796,7 +931,7 @@ fn run_attempt(
                         tracing::warn!(checkpoint = %id, error = %e, "removing an aborted checkpoint failed");
                     }
                     for t in &running {
-                        let _ = t.commands.send(TaskCommand::Abort(id));
+                        t.commands.send(TaskCommand::Abort(id));
                     }
                 }
             }
@@ -887,6 +1022,7 @@ fn task_specs(
     cancel: &Arc<AtomicBool>,
     events: &Sender<TaskEvent>,
     restore: &mut RestoreMap,
+    mut subset: Option<Subset<'_>>,
 ) -> Result<Vec<(TaskSpec, Sender<TaskCommand>)>> {
     let (graph, plan, cfg) = (&job.graph, &job.plan, &job.cfg);
     let xcfg = ExchangeConfig {
@@ -895,11 +1031,21 @@ fn task_specs(
         flush_interval_ms: cfg.flush_interval.as_millis() as i64,
         max_parallelism: cfg.max_parallelism,
     };
+    let local_set = subset.as_ref().map(|x| x.local);
+    let is_local = |head: usize, s: usize| local_set.is_none_or(|l| l.contains(&(head, s)));
     let mut specs: HashMap<(usize, usize), (TaskSpec, Sender<TaskCommand>)> = HashMap::new();
-    let tasks: usize = plan.heads.iter().map(|&h| plan.parallelism[h]).sum();
-    let start = Arc::new(task::StartGate::new(tasks));
+    let start = match &subset {
+        Some(x) => x.start.clone(),
+        None => {
+            let tasks: usize = plan.heads.iter().map(|&h| plan.parallelism[h]).sum();
+            Arc::new(task::StartGate::new(tasks))
+        }
+    };
     for &h in &plan.heads {
         for s in 0..plan.parallelism[h] {
+            if !is_local(h, s) {
+                continue;
+            }
             let (ctx, crx) = crossbeam_channel::unbounded();
             // The restored state of every node of this task's chain, for this subtask.
             let mut chain_restore = HashMap::new();
@@ -939,21 +1085,43 @@ fn task_specs(
         }
         for (gate, edge) in node.inputs.iter().enumerate() {
             let f = edge.from.0;
-            let set = edge
-                .exchange
-                .channels(plan.parallelism[f], plan.parallelism[c], xcfg);
+            let (producers, consumers) = (plan.parallelism[f], plan.parallelism[c]);
+            let mut set = match &subset {
+                Some(_) => edge.exchange.linked_channels(producers, consumers, xcfg),
+                None => edge.exchange.channels(producers, consumers, xcfg),
+            };
+            if let Some(x) = subset.as_mut() {
+                // A channel between two tasks of this process stays a plain channel; one
+                // that crosses to another process is bridged over the network; one between
+                // two other processes is none of this process's business.
+                for link in std::mem::take(&mut set.links) {
+                    let from_here = is_local(plan.head_of[f], link.producer);
+                    let to_here = is_local(c, link.consumer);
+                    if from_here != to_here {
+                        let key = task::LinkKey {
+                            node: c as u32,
+                            gate: gate as u32,
+                            producer: link.producer as u32,
+                            consumer: link.consumer as u32,
+                        };
+                        (x.links)(key, link);
+                    }
+                }
+            }
             for (p, w) in set.writers.into_iter().enumerate() {
                 let key: WriterKey = (f, edge.port, c, gate);
-                let (spec, _) = specs
-                    .get_mut(&(plan.head_of[f], p))
-                    .ok_or_else(|| Error::Config("internal: no task".into()))?;
-                spec.writers.insert(key, w);
+                if let Some((spec, _)) = specs.get_mut(&(plan.head_of[f], p)) {
+                    spec.writers.insert(key, w);
+                } else if subset.is_none() {
+                    return Err(Error::Config("internal: no task".into()));
+                }
             }
             for (s, r) in set.readers.into_iter().enumerate() {
-                let (spec, _) = specs
-                    .get_mut(&(c, s))
-                    .ok_or_else(|| Error::Config("internal: no task".into()))?;
-                spec.readers[gate] = Some(r);
+                if let Some((spec, _)) = specs.get_mut(&(c, s)) {
+                    spec.readers[gate] = Some(r);
+                } else if subset.is_none() {
+                    return Err(Error::Config("internal: no task".into()));
+                }
             }
         }
     }

@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 mod checkpoints;
+pub mod cluster;
 mod config;
 mod failpoint;
 mod job;
@@ -14,5 +15,6 @@ mod metrics_http;
 mod plan;
 mod task;
 
+pub use cluster::{ClusterConfig, ClusterRole, Joined, join};
 pub use config::{CheckpointConfig, JobConfig, RestartStrategy};
 pub use job::{JobHandle, JobResult, SAVEPOINT_REQUEST_FILE, TaskStats, execute, start};

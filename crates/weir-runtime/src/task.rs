@@ -30,8 +30,18 @@ use weir_state::BackendParams;
 /// Key of a writer: (producer node, port, consumer node, consumer gate).
 pub(crate) type WriterKey = (usize, usize, usize, usize);
 
+/// Names one channel of the graph the same way in every process of a cluster: the
+/// consuming node and its input gate, and the producer and consumer subtasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub(crate) struct LinkKey {
+    pub node: u32,
+    pub gate: u32,
+    pub producer: u32,
+    pub consumer: u32,
+}
+
 /// What the job thread tells a task.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub(crate) enum TaskCommand {
     /// Sources: inject barrier `n` now; `true` for the final checkpoint at end of input.
     Trigger(CheckpointId, bool),
@@ -83,9 +93,13 @@ pub(crate) struct TaskSpec {
 /// operators. A sink may need to finish its restore before anything new is written (the
 /// Kafka sink re-produces uncommitted transactions of keys that, after a rescale, other
 /// subtasks now own), so no record may flow until every sink subtask is ready.
+/// In a cluster the gate waits for one more arrival, made when the coordinator reports
+/// that every worker has built its tasks; `on_built` tells the worker its own are built.
 pub(crate) struct StartGate {
     remaining: std::sync::Mutex<usize>,
     opened: std::sync::Condvar,
+    /// Called when only the cluster-wide arrival is missing.
+    on_built: Option<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl StartGate {
@@ -93,15 +107,34 @@ impl StartGate {
         StartGate {
             remaining: std::sync::Mutex::new(tasks),
             opened: std::sync::Condvar::new(),
+            on_built: None,
         }
     }
 
-    /// This task is built.
-    fn arrive(&self) {
+    /// A gate for `tasks` local tasks plus the cluster-wide start.
+    pub(crate) fn clustered(tasks: usize, on_built: Box<dyn Fn() + Send + Sync>) -> Self {
+        let gate = StartGate {
+            remaining: std::sync::Mutex::new(tasks + 1),
+            opened: std::sync::Condvar::new(),
+            on_built: Some(on_built),
+        };
+        if tasks == 0 {
+            (gate.on_built.as_ref().expect("set"))();
+        }
+        gate
+    }
+
+    /// This task is built (or, for a cluster, every worker is).
+    pub(crate) fn arrive(&self) {
         let mut r = self.remaining.lock().unwrap_or_else(|p| p.into_inner());
         *r = r.saturating_sub(1);
         if *r == 0 {
             self.opened.notify_all();
+        }
+        if *r == 1
+            && let Some(f) = &self.on_built
+        {
+            f();
         }
     }
 

@@ -29,6 +29,38 @@ pub use weir_runtime::{
     TaskStats,
 };
 pub use weir_state::BackendKind;
+
+/// Cluster mode: one job across a coordinator and worker processes running this program.
+///
+/// The coordinator is started with the job's arguments and hands them to every worker
+/// that joins; a worker builds the same pipeline from them and runs the tasks it is
+/// given. See docs/cluster.md.
+///
+/// ```no_run
+/// use weir::prelude::*;
+/// use weir::cluster::{ClusterConfig, join};
+///
+/// fn build(env: &Env, args: &[String]) {
+///     env.from_collection(args.to_vec()).print();
+/// }
+///
+/// let args: Vec<String> = vec!["a".into(), "b".into()];
+/// if std::env::var("ROLE").as_deref() == Ok("worker") {
+///     let joined = join("127.0.0.1:7700", 2, std::time::Duration::from_secs(60))?;
+///     let job_args = joined.args().to_vec();
+///     let env = Env::new().cluster(ClusterConfig::worker(joined));
+///     build(&env, &job_args);
+///     env.execute("example")?;
+/// } else {
+///     let env = Env::new().cluster(ClusterConfig::coordinator("0.0.0.0:7700", 3, args.clone()));
+///     build(&env, &args);
+///     env.execute("example")?;
+/// }
+/// # Ok::<(), weir::Error>(())
+/// ```
+pub mod cluster {
+    pub use weir_runtime::cluster::{ClusterConfig, ClusterRole, Joined, join};
+}
 #[cfg(feature = "rocksdb")]
 pub use weir_state::RocksDbConfig;
 
@@ -128,6 +160,13 @@ impl Env {
     /// ```
     pub fn metrics_address(mut self, address: &str) -> Self {
         self.config.metrics_address = Some(address.to_string());
+        self
+    }
+
+    /// Runs the job as part of a cluster: as its coordinator, or as a worker on a
+    /// connection made by [`cluster::join`]. Every process builds the same pipeline.
+    pub fn cluster(mut self, cluster: weir_runtime::ClusterConfig) -> Self {
+        self.config.cluster = Some(cluster);
         self
     }
 

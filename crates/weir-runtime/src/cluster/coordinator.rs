@@ -1,0 +1,723 @@
+//! The coordinator: accepts workers, places each attempt's tasks on their slots, relays
+//! task events and checkpoint commands, declares silent workers lost, and answers
+//! `weir cluster` requests. The job's attempt loop and checkpoint coordination are the
+//! single-process ones ([`crate::job::run_with`]); this is their [`Executor`].
+
+use super::ClusterConfig;
+use super::wire::{self, AdminRequest, Body, Deploy, Wire, WireEvent};
+use crate::job::{Commands, Executor, Launched, Running};
+use crate::task::{JobShared, TaskCommand, TaskEvent};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc::UnboundedSender;
+use weir_checkpoint::{CheckpointStorage, Manifest, TaskKey};
+use weir_core::graph::NodeKind;
+use weir_core::ids::CheckpointId;
+use weir_core::{Error, Result};
+
+struct WorkerEntry {
+    slots: u32,
+    /// Where other workers reach its data listener.
+    data: String,
+    peer: SocketAddr,
+    out: UnboundedSender<Vec<u8>>,
+}
+
+/// The current attempt, as the connection handlers see it.
+struct Route {
+    attempt: u64,
+    /// Task index by (head, subtask).
+    index: HashMap<(usize, usize), usize>,
+    /// Worker of every task.
+    worker_of: Vec<u32>,
+    done: Vec<bool>,
+    events: crossbeam_channel::Sender<TaskEvent>,
+    /// Workers running tasks, and those that reported them built.
+    workers: HashSet<u32>,
+    built: HashSet<u32>,
+    started: bool,
+}
+
+struct State {
+    next_worker: u32,
+    workers: BTreeMap<u32, WorkerEntry>,
+    route: Option<Route>,
+    phase: &'static str,
+}
+
+struct Shared {
+    name: String,
+    args: Vec<String>,
+    fingerprint: u64,
+    job: Arc<JobShared>,
+    heartbeat: Duration,
+    timeout: Duration,
+    staging: PathBuf,
+    state: Mutex<State>,
+    /// Woken when a worker joins or is lost.
+    changed: crossbeam_channel::Sender<()>,
+    stale_messages: weir_core::metrics::Counter,
+    workers_lost: weir_core::metrics::Counter,
+}
+
+impl Shared {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Runs the job as the cluster's coordinator.
+pub(crate) fn run(
+    name: &str,
+    job: Arc<JobShared>,
+    listen: &str,
+    workers: usize,
+    args: Vec<String>,
+    cfg: &ClusterConfig,
+) -> Result<crate::JobResult> {
+    let rt = super::runtime("coordinator")?;
+    let listener = rt.block_on(TcpListener::bind(listen)).map_err(|e| {
+        Error::Config(format!(
+            "the coordinator cannot listen on {listen}: {e}; pick a free host:port"
+        ))
+    })?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| Error::io("the coordinator's listening socket", e))?;
+    eprintln!(
+        "[weir] job '{name}': coordinator listening on {address}, waiting for {workers} worker(s)"
+    );
+    let staging = staging_dir();
+    std::fs::create_dir_all(&staging).map_err(|e| Error::io(staging.display(), e))?;
+    let (changed, changed_rx) = crossbeam_channel::unbounded();
+    let labels = [("job", name)];
+    let shared = Arc::new(Shared {
+        name: name.to_string(),
+        args,
+        fingerprint: super::fingerprint(&job.graph, &job.plan, &job.cfg),
+        job: job.clone(),
+        heartbeat: cfg.heartbeat_interval,
+        timeout: cfg.heartbeat_timeout,
+        staging: staging.clone(),
+        state: Mutex::new(State {
+            next_worker: 0,
+            workers: BTreeMap::new(),
+            route: None,
+            phase: "waiting for workers",
+        }),
+        changed,
+        stale_messages: weir_core::metrics::counter(
+            "cluster_stale_messages_total",
+            "Messages from tasks of an older job attempt, dropped (zombie fencing).",
+            &labels,
+        ),
+        workers_lost: weir_core::metrics::counter(
+            "cluster_workers_lost_total",
+            "Workers declared lost: connection closed or no heartbeat within the timeout.",
+            &labels,
+        ),
+    });
+    rt.spawn(accept(listener, shared.clone()));
+    let mut executor = ClusterExecutor {
+        shared: shared.clone(),
+        changed: changed_rx,
+        expected: workers,
+        first: true,
+        last_attempt: 0,
+    };
+    let result = crate::job::run_with(name, job, &mut executor);
+    // Tell every worker the job is over, then give them a moment to read it.
+    let error = result.as_ref().err().map(|e| e.to_string());
+    {
+        let mut st = shared.state();
+        st.phase = if error.is_some() {
+            "failed"
+        } else {
+            "finished"
+        };
+        st.route = None;
+        for w in st.workers.values() {
+            let _ = w.out.send(wire::encode(&Wire::JobEnded {
+                error: error.clone(),
+            }));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !shared.state().workers.is_empty() && Instant::now() < deadline {
+        let _ = executor.changed.recv_timeout(Duration::from_millis(50));
+    }
+    rt.shutdown_timeout(Duration::from_secs(1));
+    let _ = std::fs::remove_dir_all(&staging);
+    result
+}
+
+/// Scratch directory for checkpoint files received from workers.
+fn staging_dir() -> PathBuf {
+    let tmp = std::env::temp_dir();
+    weir_core::scratch::remove_orphans(&tmp, |name| {
+        name.strip_prefix("weir-coordinator-")?
+            .split('-')
+            .next()?
+            .parse()
+            .ok()
+    });
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    tmp.join(format!("weir-coordinator-{}-{nanos:x}", std::process::id()))
+}
+
+struct ClusterExecutor {
+    shared: Arc<Shared>,
+    changed: crossbeam_channel::Receiver<()>,
+    expected: usize,
+    first: bool,
+    last_attempt: u64,
+}
+
+impl ClusterExecutor {
+    /// Waits until the workers offer enough slots (and, the first time, until the expected
+    /// number of workers joined).
+    fn wait_for_slots(&self, needed: usize) -> Result<()> {
+        let mut said = None;
+        loop {
+            if self.shared.job.cancel.load(Ordering::SeqCst) {
+                return Err(Error::Cancelled);
+            }
+            let (count, slots) = {
+                let st = self.shared.state();
+                (
+                    st.workers.len(),
+                    st.workers.values().map(|w| w.slots as usize).sum::<usize>(),
+                )
+            };
+            let enough_workers = !self.first || count >= self.expected;
+            if enough_workers && slots >= needed {
+                return Ok(());
+            }
+            if said != Some((count, slots)) {
+                said = Some((count, slots));
+                eprintln!(
+                    "[weir] job '{}': {count} worker(s) with {slots} slot(s) joined; waiting for {} worker(s) and {needed} slot(s)",
+                    self.shared.name,
+                    if self.first { self.expected } else { 1 }
+                );
+            }
+            let _ = self.changed.recv_timeout(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Executor for ClusterExecutor {
+    fn launch(
+        &mut self,
+        job: &Arc<JobShared>,
+        _storage: Option<&CheckpointStorage>,
+        restore: Option<&(Manifest, PathBuf)>,
+    ) -> Result<Launched> {
+        // A slot runs one subtask of every operator (slot sharing): the job needs as many
+        // slots as its largest parallelism.
+        let needed = job
+            .plan
+            .heads
+            .iter()
+            .map(|&h| job.plan.parallelism[h])
+            .max()
+            .unwrap_or(1);
+        self.shared.state().phase = "waiting for workers";
+        self.wait_for_slots(needed)?;
+        self.first = false;
+        // Attempt numbers grow across coordinator restarts too (wall-clock milliseconds,
+        // strictly increasing in this process), so a restarted coordinator fences the
+        // workers' old attempts as well.
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let attempt = now_ms.max(self.last_attempt + 1);
+        self.last_attempt = attempt;
+
+        let mut st = self.shared.state();
+        // Slots interleaved across workers, so subtasks spread over machines.
+        let mut slots: Vec<u32> = Vec::new();
+        let max_slots = st.workers.values().map(|w| w.slots).max().unwrap_or(0);
+        for round in 0..max_slots {
+            for (id, w) in &st.workers {
+                if round < w.slots {
+                    slots.push(*id);
+                }
+            }
+        }
+        if slots.len() < needed {
+            // A worker was lost between the wait and now: the attempt fails and restarts.
+            return Err(Error::Remote {
+                message: format!(
+                    "only {} slot(s) left for {needed} subtasks: a worker was lost",
+                    slots.len()
+                ),
+                deterministic: false,
+                secondary: false,
+            });
+        }
+        let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        let mut running = Vec::new();
+        let mut tasks = Vec::new();
+        let mut worker_of = Vec::new();
+        let mut index = HashMap::new();
+        for &h in &job.plan.heads {
+            let node = &job.graph.nodes[h];
+            for s in 0..job.plan.parallelism[h] {
+                let worker = slots[s];
+                index.insert((h, s), running.len());
+                worker_of.push(worker);
+                tasks.push((h as u32, s as u32, worker));
+                let out = st.workers[&worker].out.clone();
+                running.push(Running {
+                    name: node.name.clone(),
+                    subtask: s,
+                    parallelism: job.plan.parallelism[h],
+                    is_source: node.kind == NodeKind::Source,
+                    key: TaskKey::new(h, s),
+                    progress: Arc::new(AtomicU64::new(0)),
+                    commands: Commands::Remote(Box::new(move |command: TaskCommand| {
+                        let _ = out.send(wire::encode(&Wire::Command {
+                            attempt,
+                            head: h as u32,
+                            subtask: s as u32,
+                            command,
+                        }));
+                    })),
+                });
+            }
+        }
+        let used: HashSet<u32> = worker_of.iter().copied().collect();
+        let deploy = Deploy {
+            attempt,
+            restore: restore.map(|(_, p)| p.clone()),
+            tasks,
+            workers: st
+                .workers
+                .iter()
+                .filter(|(id, _)| used.contains(id))
+                .map(|(id, w)| (*id, w.data.clone()))
+                .collect(),
+        };
+        // Every live worker hears of the new attempt (idle ones drop what they ran).
+        let frame = wire::encode(&Wire::Deploy(deploy));
+        let outs: Vec<UnboundedSender<Vec<u8>>> =
+            st.workers.values().map(|w| w.out.clone()).collect();
+        for out in &outs {
+            let _ = out.send(frame.clone());
+        }
+        let placement: Vec<String> = used
+            .iter()
+            .map(|w| {
+                let n = worker_of.iter().filter(|x| *x == w).count();
+                format!("worker {w}: {n} task(s)")
+            })
+            .collect();
+        eprintln!(
+            "[weir] job '{}': attempt {attempt} deployed ({})",
+            self.shared.name,
+            placement.join(", ")
+        );
+        let n = running.len();
+        st.route = Some(Route {
+            attempt,
+            index,
+            worker_of,
+            done: vec![false; n],
+            events: events_tx,
+            workers: used,
+            built: HashSet::new(),
+            started: false,
+        });
+        st.phase = "running";
+        drop(st);
+        let cancel = Arc::new(AtomicBool::new(false));
+        let on_cancel: Box<dyn Fn() + Send> = Box::new(move || {
+            for out in &outs {
+                let _ = out.send(wire::encode(&Wire::Cancel { attempt }));
+            }
+        });
+        Ok(Launched {
+            running,
+            events: events_rx,
+            cancel,
+            on_cancel,
+            threads: Vec::new(),
+        })
+    }
+
+    fn attempt_ended(&mut self) {
+        let mut st = self.shared.state();
+        st.route = None;
+        st.phase = "restarting";
+    }
+}
+
+async fn accept(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                tokio::spawn(serve(shared.clone(), stream, peer));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a connection failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn refuse(w: &mut tokio::net::tcp::OwnedWriteHalf, reason: String) {
+    let _ = wire::write_frame(w, &wire::encode(&Wire::Refused { reason })).await;
+}
+
+/// One connection: an administration request, or a worker for as long as it lives.
+async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    let (mut r, mut w) = stream.into_split();
+    let first = match tokio::time::timeout(shared.timeout, wire::read_frame(&mut r)).await {
+        Ok(Ok(Some(b))) => b,
+        _ => return,
+    };
+    match wire::decode(&first) {
+        Ok(Body::Admin(req)) => {
+            let reply = admin(&shared, req);
+            let _ = wire::write_frame(&mut w, &wire::encode_json(&reply)).await;
+            return;
+        }
+        Ok(Body::Wire(Wire::Hello { protocol })) if protocol == wire::PROTOCOL => {}
+        Ok(Body::Wire(Wire::Hello { protocol })) => {
+            let reason = format!(
+                "the worker speaks cluster protocol {protocol} and the coordinator {}: run the same weir version everywhere",
+                wire::PROTOCOL
+            );
+            refuse(&mut w, reason).await;
+            return;
+        }
+        _ => return,
+    }
+    let welcome = Wire::Welcome {
+        job: shared.name.clone(),
+        args: shared.args.clone(),
+        heartbeat_ms: shared.heartbeat.as_millis() as u64,
+        timeout_ms: shared.timeout.as_millis() as u64,
+    };
+    if wire::write_frame(&mut w, &wire::encode(&welcome))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    // The worker builds the graph from the arguments before it registers.
+    let register =
+        match tokio::time::timeout(Duration::from_secs(600), wire::read_frame(&mut r)).await {
+            Ok(Ok(Some(b))) => wire::decode(&b),
+            _ => return,
+        };
+    let (fingerprint, slots, data_port) = match register {
+        Ok(Body::Wire(Wire::Register {
+            fingerprint,
+            slots,
+            data_port,
+        })) => (fingerprint, slots, data_port),
+        _ => return,
+    };
+    if fingerprint != shared.fingerprint {
+        let reason = format!(
+            "the worker built a different job graph than the coordinator (fingerprint {fingerprint:016x}, expected {:016x}): start workers from the same program and version as the coordinator",
+            shared.fingerprint
+        );
+        eprintln!("[weir] refused a worker from {peer}: {reason}");
+        refuse(&mut w, reason).await;
+        return;
+    }
+    if slots == 0 {
+        refuse(&mut w, "a worker needs at least 1 slot".into()).await;
+        return;
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let id = {
+        let mut st = shared.state();
+        st.next_worker += 1;
+        let id = st.next_worker;
+        st.workers.insert(
+            id,
+            WorkerEntry {
+                slots,
+                data: SocketAddr::new(peer.ip(), data_port).to_string(),
+                peer,
+                out: tx.clone(),
+            },
+        );
+        id
+    };
+    let _ = tx.send(wire::encode(&Wire::Accepted { worker: id }));
+    eprintln!("[weir] worker {id} joined from {peer} with {slots} slot(s)");
+    let _ = shared.changed.send(());
+    let writer = tokio::spawn(async move {
+        while let Some(b) = rx.recv().await {
+            if wire::write_frame(&mut w, &b).await.is_err() {
+                break;
+            }
+        }
+    });
+    let reason = loop {
+        match tokio::time::timeout(shared.timeout, wire::read_frame(&mut r)).await {
+            Err(_) => {
+                break format!("no heartbeat for {} ms", shared.timeout.as_millis());
+            }
+            Ok(Err(e)) => break format!("connection failed: {e}"),
+            Ok(Ok(None)) => break "connection closed".to_string(),
+            Ok(Ok(Some(body))) => match wire::decode(&body) {
+                Ok(Body::Wire(msg)) => on_message(&shared, id, &tx, msg),
+                _ => break "it sent an invalid message".to_string(),
+            },
+        }
+    };
+    lost(&shared, id, &reason);
+    writer.abort();
+}
+
+/// Handles one message of worker `id`.
+fn on_message(shared: &Shared, id: u32, tx: &UnboundedSender<Vec<u8>>, msg: Wire) {
+    match msg {
+        Wire::Ping { nonce } => {
+            let _ = tx.send(wire::encode(&Wire::Pong { nonce }));
+        }
+        Wire::Built { attempt } => {
+            let mut st = shared.state();
+            let State { route, workers, .. } = &mut *st;
+            let Some(route) = route.as_mut().filter(|r| r.attempt == attempt) else {
+                shared.stale_messages.inc();
+                return;
+            };
+            route.built.insert(id);
+            if !route.started && route.workers.is_subset(&route.built) {
+                route.started = true;
+                for w in &route.workers {
+                    if let Some(w) = workers.get(w) {
+                        let _ = w.out.send(wire::encode(&Wire::Start { attempt }));
+                    }
+                }
+            }
+        }
+        Wire::Event {
+            attempt,
+            head,
+            subtask,
+            event,
+        } => {
+            // Staging the checkpoint files happens outside the lock.
+            let event = match event {
+                WireEvent::Ack {
+                    id: ck,
+                    mut snapshot,
+                    files,
+                    alignment_us,
+                    sync_us,
+                } => {
+                    let staged = tokio::task::block_in_place(|| {
+                        stage_files(&shared.staging, &mut snapshot, files)
+                    });
+                    if let Err(e) = staged {
+                        tracing::warn!(error = %e, "staging checkpoint files failed");
+                        // The checkpoint cannot complete without its files: the task's
+                        // acknowledgement is dropped and the checkpoint times out or is
+                        // subsumed; the job goes on.
+                        return;
+                    }
+                    Some((ck, snapshot, alignment_us, sync_us))
+                }
+                other => {
+                    route_event(shared, id, attempt, head, subtask, other);
+                    None
+                }
+            };
+            if let Some((ck, snapshot, alignment_us, sync_us)) = event {
+                let mut st = shared.state();
+                let Some(route) = st.route.as_mut().filter(|r| r.attempt == attempt) else {
+                    shared.stale_messages.inc();
+                    return;
+                };
+                let Some(&task) = route.index.get(&(head as usize, subtask as usize)) else {
+                    return;
+                };
+                let _ = route.events.send(TaskEvent::Ack {
+                    task,
+                    id: CheckpointId(ck),
+                    snapshot,
+                    alignment: Duration::from_micros(alignment_us),
+                    sync: Duration::from_micros(sync_us),
+                });
+            }
+        }
+        other => {
+            tracing::warn!(worker = id, message = ?other, "unexpected message from a worker");
+        }
+    }
+}
+
+fn route_event(shared: &Shared, worker: u32, attempt: u64, head: u32, subtask: u32, ev: WireEvent) {
+    let mut st = shared.state();
+    let Some(route) = st.route.as_mut().filter(|r| r.attempt == attempt) else {
+        shared.stale_messages.inc();
+        return;
+    };
+    let Some(&task) = route.index.get(&(head as usize, subtask as usize)) else {
+        return;
+    };
+    if route.worker_of[task] != worker {
+        shared.stale_messages.inc();
+        return;
+    }
+    match ev {
+        WireEvent::SourceFinished => {
+            let _ = route.events.send(TaskEvent::SourceFinished { task });
+        }
+        WireEvent::Done { records, error } => {
+            if std::mem::replace(&mut route.done[task], true) {
+                return;
+            }
+            let result = match error {
+                None => Ok(records),
+                Some(e) => Err(e.into_error()),
+            };
+            let _ = route.events.send(TaskEvent::Done {
+                task,
+                result: Ok(result),
+            });
+        }
+        WireEvent::Ack { .. } => {}
+    }
+}
+
+/// Writes received checkpoint files to the staging directory (`<name>/<file name>`, so the
+/// file keeps its own name for restore) and points the snapshot at them.
+fn stage_files(
+    staging: &std::path::Path,
+    snapshot: &mut BTreeMap<String, weir_core::checkpoint::OperatorSnapshot>,
+    files: Vec<(String, Vec<u8>)>,
+) -> Result<()> {
+    let mut data: HashMap<String, Vec<u8>> = files.into_iter().collect();
+    for snap in snapshot.values_mut() {
+        for f in &mut snap.files {
+            let file_name = f
+                .path
+                .file_name()
+                .map(|n| n.to_os_string())
+                .ok_or_else(|| Error::Config(format!("bad checkpoint file {}", f.name)))?;
+            let dir = staging.join(&f.name);
+            let target = dir.join(file_name);
+            if let Some(bytes) = data.remove(&f.name) {
+                std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
+                std::fs::write(&target, bytes).map_err(|e| Error::io(target.display(), e))?;
+            } else if !target.exists() {
+                return Err(Error::Config(format!(
+                    "a worker referenced checkpoint file {} without sending it",
+                    f.name
+                )));
+            }
+            f.path = target;
+        }
+    }
+    Ok(())
+}
+
+/// Worker `id` is gone: its running tasks fail, which cancels and restarts the attempt.
+fn lost(shared: &Shared, id: u32, reason: &str) {
+    let mut st = shared.state();
+    let Some(w) = st.workers.remove(&id) else {
+        return;
+    };
+    let ended = matches!(st.phase, "finished" | "failed");
+    if !ended {
+        shared.workers_lost.inc();
+        eprintln!(
+            "[weir] job '{}': worker {id} ({}) lost: {reason}",
+            shared.name, w.peer
+        );
+    }
+    if let Some(route) = st.route.as_mut() {
+        for task in 0..route.worker_of.len() {
+            if route.worker_of[task] == id && !std::mem::replace(&mut route.done[task], true) {
+                let _ = route.events.send(TaskEvent::Done {
+                    task,
+                    result: Ok(Err(Error::Remote {
+                        message: format!("worker {id} at {} was lost: {reason}", w.data),
+                        deterministic: false,
+                        secondary: false,
+                    })),
+                });
+            }
+        }
+    }
+    drop(st);
+    let _ = shared.changed.send(());
+}
+
+/// Answers a `weir cluster` request.
+fn admin(shared: &Shared, req: AdminRequest) -> serde_json::Value {
+    match req {
+        AdminRequest::Status => {
+            let st = shared.state();
+            let tasks_of = |id: u32| {
+                st.route
+                    .as_ref()
+                    .map_or(0, |r| r.worker_of.iter().filter(|w| **w == id).count())
+            };
+            let workers: Vec<serde_json::Value> = st
+                .workers
+                .iter()
+                .map(|(id, w)| {
+                    serde_json::json!({
+                        "id": id,
+                        "address": w.peer.to_string(),
+                        "data_address": w.data,
+                        "slots": w.slots,
+                        "tasks": tasks_of(*id),
+                    })
+                })
+                .collect();
+            let last = shared.job.cfg.checkpoint.as_ref().and_then(|c| {
+                let storage = CheckpointStorage::open(&c.dir).ok()?;
+                let latest = storage.latest_complete().ok()?.checkpoint?;
+                Some(serde_json::json!({
+                    "id": latest.manifest.checkpoint_id.0,
+                    "kind": latest.manifest.kind.to_string(),
+                    "path": latest.path.display().to_string(),
+                }))
+            });
+            serde_json::json!({
+                "job": shared.name,
+                "state": st.phase,
+                "attempt": st.route.as_ref().map(|r| r.attempt),
+                "workers": workers,
+                "slots": st.workers.values().map(|w| w.slots).sum::<u32>(),
+                "last_checkpoint": last,
+            })
+        }
+        AdminRequest::Cancel => {
+            shared.job.cancel.store(true, Ordering::SeqCst);
+            serde_json::json!({"ok": true, "message": format!("cancelling job '{}'", shared.name)})
+        }
+        AdminRequest::Savepoint { stop } => {
+            if shared.job.cfg.checkpoint.is_none() {
+                return serde_json::json!({"ok": false, "message": "the job runs without checkpoints; savepoints need a checkpoint directory"});
+            }
+            shared
+                .job
+                .savepoint_request
+                .fetch_max(if stop { 2 } else { 1 }, Ordering::SeqCst);
+            serde_json::json!({"ok": true, "message": if stop { "taking a savepoint, then stopping" } else { "taking a savepoint" }})
+        }
+    }
+}

@@ -1,0 +1,379 @@
+//! Worker-to-worker data exchange: the channels of the graph that cross processes.
+//!
+//! Each worker listens for data connections. For an attempt, the producing worker opens
+//! one connection to every worker it sends to, greets it with the attempt number, and
+//! carries each channel's messages (record batches, watermarks, barriers, end of input)
+//! as frames tagged with the channel's [`LinkKey`]. The receiving worker refuses greetings
+//! of any other attempt than the one it runs, so data of an old attempt never reaches the
+//! tasks of a new one.
+//!
+//! Flow control is credit-based per channel: a sender starts with as many credits as a
+//! local channel holds batches, spends one per message and gets one back when the
+//! receiver has handed the message to the consuming task. A slow consumer so stalls only
+//! its own channel; the connection, shared by many channels, keeps flowing.
+
+use super::wire::{self, Body, Wire};
+use crate::task::LinkKey;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::watch;
+use weir_core::exchange::{Link, LinkRead};
+use weir_core::{Error, Result};
+
+type Delivery = (Vec<u8>, UnboundedSender<Vec<u8>>);
+
+/// The receiving ends of the current attempt's incoming channels.
+#[derive(Default)]
+struct Inbound {
+    attempt: u64,
+    queues: HashMap<LinkKey, crossbeam_channel::Sender<Delivery>>,
+}
+
+/// One link's credits: messages the receiver has room for.
+struct Credit {
+    n: Mutex<u32>,
+    more: Condvar,
+}
+
+impl Credit {
+    fn new(n: u32) -> Self {
+        Credit {
+            n: Mutex::new(n),
+            more: Condvar::new(),
+        }
+    }
+
+    /// Takes one credit, waiting for it; false when the attempt is cancelled first.
+    fn take(&self, cancel: &AtomicBool) -> bool {
+        let mut n = self.n.lock().unwrap_or_else(|p| p.into_inner());
+        while *n == 0 {
+            if cancel.load(Ordering::Relaxed) {
+                return false;
+            }
+            n = self
+                .more
+                .wait_timeout(n, Duration::from_millis(10))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        *n -= 1;
+        true
+    }
+
+    fn add(&self, k: u32) {
+        *self.n.lock().unwrap_or_else(|p| p.into_inner()) += k;
+        self.more.notify_one();
+    }
+}
+
+/// A channel of the current attempt that crosses to another worker.
+pub(crate) struct RemoteLink {
+    pub key: LinkKey,
+    pub link: Link,
+    /// This worker produces (true) or consumes (false).
+    pub outgoing: bool,
+    /// The other worker.
+    pub peer: u32,
+}
+
+/// A worker's data listener and the state of its current attempt.
+pub(crate) struct DataPlane {
+    rt: tokio::runtime::Handle,
+    port: u16,
+    inbound: Arc<Mutex<Inbound>>,
+    attempt: watch::Sender<u64>,
+}
+
+impl DataPlane {
+    /// Binds the data listener on `bind` (`host:port`; port 0 picks one).
+    pub(crate) fn start(rt: &tokio::runtime::Runtime, bind: &str) -> Result<DataPlane> {
+        let listener = rt.block_on(TcpListener::bind(bind)).map_err(|e| {
+            Error::Config(format!("a worker cannot listen for data on {bind}: {e}"))
+        })?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| Error::io("the data listener", e))?
+            .port();
+        let inbound = Arc::new(Mutex::new(Inbound::default()));
+        let (attempt, attempt_rx) = watch::channel(0u64);
+        rt.spawn(accept(listener, inbound.clone(), attempt_rx));
+        Ok(DataPlane {
+            rt: rt.handle().clone(),
+            port,
+            inbound,
+            attempt,
+        })
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Carries attempt `attempt`'s crossing channels: registers the incoming ones, then
+    /// connects to the workers this one sends to. Returns the bridge threads, which end
+    /// with their channel or when `cancel` is set.
+    pub(crate) fn wire_attempt(
+        &self,
+        attempt: u64,
+        me: u32,
+        addresses: &HashMap<u32, String>,
+        links: Vec<RemoteLink>,
+        cancel: &Arc<AtomicBool>,
+        credits: u32,
+    ) -> Result<Vec<std::thread::JoinHandle<()>>> {
+        let mut threads = Vec::new();
+        let mut outgoing: HashMap<u32, Vec<(LinkKey, Link)>> = HashMap::new();
+        {
+            let mut inbound = self.inbound.lock().unwrap_or_else(|p| p.into_inner());
+            inbound.attempt = attempt;
+            inbound.queues.clear();
+            for l in links {
+                if l.outgoing {
+                    outgoing.entry(l.peer).or_default().push((l.key, l.link));
+                    continue;
+                }
+                let (tx, rx) = crossbeam_channel::unbounded();
+                inbound.queues.insert(l.key, tx);
+                let cancel = cancel.clone();
+                let (key, mut writer) = (l.key, l.link.writer);
+                threads.push(spawn("in", key, move || {
+                    deliver(key, &mut *writer, rx, &cancel)
+                })?);
+            }
+        }
+        self.attempt.send_replace(attempt);
+        for (peer, links) in outgoing {
+            let address = addresses.get(&peer).ok_or_else(|| {
+                Error::Config(format!("internal: no data address of worker {peer}"))
+            })?;
+            let (tx, table) = self
+                .rt
+                .block_on(connect(address, attempt, me, &links, credits))?;
+            for (key, link) in links {
+                let credit = table[&key].clone();
+                let (tx, cancel) = (tx.clone(), cancel.clone());
+                let mut reader = link.reader;
+                threads.push(spawn("out", key, move || {
+                    send(key, &mut *reader, &credit, &tx, &cancel)
+                })?);
+            }
+        }
+        Ok(threads)
+    }
+
+    /// No attempt runs here any more: data connections of older attempts close.
+    pub(crate) fn clear(&self, attempt: u64) {
+        let mut inbound = self.inbound.lock().unwrap_or_else(|p| p.into_inner());
+        inbound.attempt = attempt;
+        inbound.queues.clear();
+        drop(inbound);
+        self.attempt.send_replace(attempt);
+    }
+}
+
+fn spawn(
+    dir: &str,
+    key: LinkKey,
+    f: impl FnOnce() + Send + 'static,
+) -> Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!(
+            "weir-{dir}-{}.{}-{}-{}",
+            key.node, key.gate, key.producer, key.consumer
+        ))
+        .spawn(f)
+        .map_err(|e| Error::io("spawning a channel bridge thread", e))
+}
+
+/// Producer side: reads the local channel and sends each message when a credit allows.
+fn send(
+    key: LinkKey,
+    reader: &mut dyn weir_core::exchange::LinkReader,
+    credit: &Credit,
+    tx: &UnboundedSender<Vec<u8>>,
+    cancel: &AtomicBool,
+) {
+    let mut buf = Vec::new();
+    while !cancel.load(Ordering::Relaxed) {
+        match reader.next(Duration::from_millis(10), &mut buf) {
+            Ok(LinkRead::Msg { end }) => {
+                if !credit.take(cancel) {
+                    return;
+                }
+                let frame = wire::encode(&Wire::Data {
+                    link: key,
+                    bytes: std::mem::take(&mut buf),
+                });
+                if tx.send(frame).is_err() || end {
+                    return;
+                }
+            }
+            Ok(LinkRead::Timeout) => {}
+            Ok(LinkRead::Disconnected) | Err(_) => return,
+        }
+    }
+}
+
+/// Consumer side: hands each received message to the local channel, then returns a credit.
+fn deliver(
+    key: LinkKey,
+    writer: &mut dyn weir_core::exchange::LinkWriter,
+    rx: crossbeam_channel::Receiver<Delivery>,
+    cancel: &AtomicBool,
+) {
+    loop {
+        match rx.recv_timeout(Duration::from_millis(10)) {
+            Ok((bytes, reply)) => match writer.write(&bytes) {
+                Ok(end) => {
+                    let _ = reply.send(wire::encode(&Wire::Credit { link: key, n: 1 }));
+                    if end {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    if !cancel.load(Ordering::Relaxed) {
+                        tracing::warn!(error = %e, "delivering a message from another worker failed");
+                    }
+                    return;
+                }
+            },
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                if cancel.load(Ordering::Relaxed) {
+                    return;
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// Opens the data connection to a peer for an attempt; returns its sending queue and the
+/// credits of the links it carries.
+async fn connect(
+    address: &str,
+    attempt: u64,
+    me: u32,
+    links: &[(LinkKey, Link)],
+    credits: u32,
+) -> Result<(UnboundedSender<Vec<u8>>, HashMap<LinkKey, Arc<Credit>>)> {
+    let stream = tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(address))
+        .await
+        .map_err(|_| Error::Remote {
+            message: format!("connecting to the worker at {address} timed out"),
+            deterministic: false,
+            secondary: false,
+        })?
+        .map_err(|e| Error::Remote {
+            message: format!("cannot connect to the worker at {address}: {e}"),
+            deterministic: false,
+            secondary: false,
+        })?;
+    let _ = stream.set_nodelay(true);
+    let (mut r, mut w) = stream.into_split();
+    wire::write_frame(
+        &mut w,
+        &wire::encode(&Wire::DataHello { attempt, from: me }),
+    )
+    .await
+    .map_err(|e| Error::io(address, e))?;
+    let table: HashMap<LinkKey, Arc<Credit>> = links
+        .iter()
+        .map(|(k, _)| (*k, Arc::new(Credit::new(credits))))
+        .collect();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(async move {
+        while let Some(frame) = rx.recv().await {
+            if wire::write_frame(&mut w, &frame).await.is_err() {
+                break;
+            }
+        }
+    });
+    let credit_table = table.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(body)) = wire::read_frame(&mut r).await {
+            if let Ok(Body::Wire(Wire::Credit { link, n })) = wire::decode(&body)
+                && let Some(c) = credit_table.get(&link)
+            {
+                c.add(n);
+            }
+        }
+    });
+    Ok((tx, table))
+}
+
+async fn accept(
+    listener: TcpListener,
+    inbound: Arc<Mutex<Inbound>>,
+    attempt: watch::Receiver<u64>,
+) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(serve(stream, inbound.clone(), attempt.clone()));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a data connection failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// One incoming data connection, for one attempt.
+async fn serve(stream: TcpStream, inbound: Arc<Mutex<Inbound>>, mut current: watch::Receiver<u64>) {
+    let _ = stream.set_nodelay(true);
+    let (mut r, mut w) = stream.into_split();
+    let Ok(Ok(Some(hello))) =
+        tokio::time::timeout(Duration::from_secs(10), wire::read_frame(&mut r)).await
+    else {
+        return;
+    };
+    let Ok(Body::Wire(Wire::DataHello { attempt, from })) = wire::decode(&hello) else {
+        return;
+    };
+    // The sender may be ahead of us: wait (a while) until this worker runs that attempt.
+    let _ =
+        tokio::time::timeout(Duration::from_secs(30), current.wait_for(|a| *a >= attempt)).await;
+    if *current.borrow() != attempt {
+        tracing::info!(
+            attempt,
+            from,
+            "refused a data connection of another attempt"
+        );
+        return;
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let writer = tokio::spawn(async move {
+        while let Some(frame) = rx.recv().await {
+            if wire::write_frame(&mut w, &frame).await.is_err() {
+                break;
+            }
+        }
+    });
+    loop {
+        tokio::select! {
+            frame = wire::read_frame(&mut r) => {
+                let Ok(Some(body)) = frame else { break };
+                let Ok(Body::Wire(Wire::Data { link, bytes })) = wire::decode(&body) else { break };
+                let queue = {
+                    let inbound = inbound.lock().unwrap_or_else(|p| p.into_inner());
+                    (inbound.attempt == attempt).then(|| inbound.queues.get(&link).cloned()).flatten()
+                };
+                let Some(queue) = queue else { break };
+                if queue.send((bytes, tx.clone())).is_err() {
+                    break;
+                }
+            }
+            changed = current.changed() => {
+                if changed.is_err() || *current.borrow() != attempt {
+                    break;
+                }
+            }
+        }
+    }
+    writer.abort();
+}

@@ -1,0 +1,262 @@
+//! The cluster's wire protocol: length-prefixed frames over TCP and the messages they
+//! carry between the coordinator, the workers, and operators' command-line tools.
+//!
+//! A frame is a 4-byte big-endian length, then the body. The body's first byte says how
+//! it is encoded: `B` for [`Wire`] in weir's binary codec (processes of one job), `J` for
+//! JSON (the `weir cluster` administration requests and their replies), so a tool can
+//! talk to a coordinator without linking the runtime.
+
+use crate::task::{LinkKey, TaskCommand};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io;
+use std::path::PathBuf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use weir_core::checkpoint::OperatorSnapshot;
+
+/// Version of the protocol; a worker of another version is refused.
+pub(crate) const PROTOCOL: u32 = 1;
+
+/// Largest frame accepted (a checkpoint acknowledgement carries the state files).
+pub(crate) const MAX_FRAME: usize = 1 << 30;
+
+const BINARY: u8 = b'B';
+const JSON: u8 = b'J';
+
+/// Everything processes of one job say to each other.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum Wire {
+    // Worker → coordinator.
+    /// First message of a worker: which protocol it speaks.
+    Hello { protocol: u32 },
+    /// The worker built the job's graph from the job arguments and offers its slots.
+    Register {
+        fingerprint: u64,
+        slots: u32,
+        data_port: u16,
+    },
+    /// Heartbeat; `nonce` is echoed in [`Wire::Pong`].
+    Ping { nonce: u64 },
+    /// A task of attempt `attempt` reports.
+    Event {
+        attempt: u64,
+        head: u32,
+        subtask: u32,
+        event: WireEvent,
+    },
+    /// Every task of attempt `attempt` on this worker is built (restored and opened).
+    Built { attempt: u64 },
+
+    // Coordinator → worker.
+    /// Answer to Hello: the job to build and the heartbeat settings.
+    Welcome {
+        job: String,
+        args: Vec<String>,
+        heartbeat_ms: u64,
+        timeout_ms: u64,
+    },
+    /// Answer to Register.
+    Accepted { worker: u32 },
+    /// The worker cannot join; the reason is for its user.
+    Refused { reason: String },
+    /// Answer to Ping.
+    Pong { nonce: u64 },
+    /// Run your share of attempt `attempt`.
+    Deploy(Deploy),
+    /// Every worker built its tasks of `attempt`: let the sources run.
+    Start { attempt: u64 },
+    /// A checkpoint command for one task.
+    Command {
+        attempt: u64,
+        head: u32,
+        subtask: u32,
+        command: TaskCommand,
+    },
+    /// Stop the tasks of `attempt`.
+    Cancel { attempt: u64 },
+    /// The job is over (failed when `error` is set): exit.
+    JobEnded { error: Option<String> },
+
+    // Worker → worker.
+    /// First message on a data connection.
+    DataHello { attempt: u64, from: u32 },
+    /// One encoded channel message.
+    Data { link: LinkKey, bytes: Vec<u8> },
+    /// The receiver has room for `n` more messages on `link`.
+    Credit { link: LinkKey, n: u32 },
+}
+
+/// One attempt's placement.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Deploy {
+    pub attempt: u64,
+    /// The checkpoint to restore from (a path in the shared checkpoint storage).
+    pub restore: Option<PathBuf>,
+    /// (head node, subtask, worker) of every task.
+    pub tasks: Vec<(u32, u32, u32)>,
+    /// Data address of every worker that runs tasks.
+    pub workers: Vec<(u32, String)>,
+}
+
+/// A task's report, as sent over the network.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum WireEvent {
+    Ack {
+        id: u64,
+        snapshot: BTreeMap<String, OperatorSnapshot>,
+        /// Contents of the snapshot's local files, by name (shared files already sent
+        /// during this attempt are left out).
+        files: Vec<(String, Vec<u8>)>,
+        alignment_us: u64,
+        sync_us: u64,
+    },
+    SourceFinished,
+    Done {
+        records: u64,
+        error: Option<WireError>,
+    },
+}
+
+/// A task's failure, as sent over the network.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct WireError {
+    pub message: String,
+    pub deterministic: bool,
+    pub secondary: bool,
+}
+
+impl WireError {
+    pub(crate) fn from_error(e: &weir_core::Error) -> Self {
+        WireError {
+            message: e.to_string(),
+            deterministic: e.is_deterministic(),
+            secondary: e.is_secondary(),
+        }
+    }
+
+    pub(crate) fn into_error(self) -> weir_core::Error {
+        weir_core::Error::Remote {
+            message: self.message,
+            deterministic: self.deterministic,
+            secondary: self.secondary,
+        }
+    }
+}
+
+/// What an administration client (`weir cluster ...`) asks a coordinator, as JSON.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "request", rename_all = "snake_case")]
+pub(crate) enum AdminRequest {
+    Status,
+    Cancel,
+    Savepoint {
+        #[serde(default)]
+        stop: bool,
+    },
+}
+
+/// A decoded frame body.
+pub(crate) enum Body {
+    Wire(Wire),
+    Admin(AdminRequest),
+}
+
+/// Encodes a message as a frame body.
+pub(crate) fn encode(msg: &Wire) -> Vec<u8> {
+    let mut body = vec![BINARY];
+    weir_core::codec::encode_into(msg, &mut body).expect("wire messages always encode");
+    body
+}
+
+/// Encodes a JSON value as a frame body.
+pub(crate) fn encode_json(value: &serde_json::Value) -> Vec<u8> {
+    let mut body = vec![JSON];
+    body.extend_from_slice(value.to_string().as_bytes());
+    body
+}
+
+/// Decodes a frame body.
+pub(crate) fn decode(body: &[u8]) -> io::Result<Body> {
+    let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
+    match body.split_first() {
+        Some((&BINARY, rest)) => weir_core::codec::decode(rest)
+            .map(Body::Wire)
+            .map_err(|e| bad(format!("undecodable message: {e}"))),
+        Some((&JSON, rest)) => serde_json::from_slice(rest)
+            .map(Body::Admin)
+            .map_err(|e| bad(format!("unknown request: {e}"))),
+        _ => Err(bad(
+            "not a weir cluster frame (is something else talking to this port?)".into(),
+        )),
+    }
+}
+
+/// Reads one frame; `None` at a clean end of the stream.
+pub(crate) async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> io::Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes is larger than the limit of {MAX_FRAME}"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).await?;
+    Ok(Some(body))
+}
+
+/// Writes one frame.
+pub(crate) async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, body: &[u8]) -> io::Result<()> {
+    w.write_all(&(body.len() as u32).to_be_bytes()).await?;
+    w.write_all(body).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_round_trip_and_oversized_frames_are_refused() {
+        let mut buf = Vec::new();
+        let msg = Wire::Credit {
+            link: LinkKey {
+                node: 1,
+                gate: 0,
+                producer: 2,
+                consumer: 3,
+            },
+            n: 7,
+        };
+        write_frame(&mut buf, &encode(&msg)).await.unwrap();
+        write_frame(
+            &mut buf,
+            &encode_json(&serde_json::json!({"request": "status"})),
+        )
+        .await
+        .unwrap();
+        let mut r = &buf[..];
+        match decode(&read_frame(&mut r).await.unwrap().unwrap()).unwrap() {
+            Body::Wire(Wire::Credit { link, n }) => {
+                assert_eq!((link.node, link.producer, link.consumer, n), (1, 2, 3, 7))
+            }
+            _ => panic!("wrong message"),
+        }
+        assert!(matches!(
+            decode(&read_frame(&mut r).await.unwrap().unwrap()).unwrap(),
+            Body::Admin(AdminRequest::Status)
+        ));
+        assert!(read_frame(&mut r).await.unwrap().is_none());
+
+        let huge = ((MAX_FRAME + 1) as u32).to_be_bytes();
+        let e = read_frame(&mut &huge[..]).await.unwrap_err();
+        assert!(e.to_string().contains("larger than the limit"), "{e}");
+        let e = decode(b"GET / HTTP/1.1").err().unwrap();
+        assert!(e.to_string().contains("not a weir cluster frame"), "{e}");
+    }
+}

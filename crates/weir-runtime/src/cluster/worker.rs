@@ -1,0 +1,689 @@
+//! The worker: joins a coordinator, runs the tasks it is given, bridges the channels that
+//! cross to other workers, and reconnects when it loses the coordinator.
+
+use super::data::{DataPlane, RemoteLink};
+use super::mono_us;
+use super::wire::{self, Body, Deploy, Wire, WireError, WireEvent};
+use crate::job::{Commands, Subset};
+use crate::task::{JobShared, StartGate, TaskCommand, TaskEvent};
+use crate::{JobResult, TaskStats};
+use crossbeam_channel::Sender;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use weir_core::{Error, Result};
+
+/// A worker's connection to a coordinator, made by [`join`]: the job it runs and the
+/// arguments to build that job's graph from.
+pub struct Joined {
+    rt: tokio::runtime::Runtime,
+    coordinator: String,
+    slots: u32,
+    wait: Duration,
+    job: String,
+    args: Vec<String>,
+    heartbeat: Duration,
+    timeout: Duration,
+    conn: Option<(OwnedReadHalf, OwnedWriteHalf)>,
+}
+
+impl std::fmt::Debug for Joined {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Joined")
+            .field("coordinator", &self.coordinator)
+            .field("job", &self.job)
+            .field("slots", &self.slots)
+            .finish()
+    }
+}
+
+impl Joined {
+    /// The name of the job the coordinator runs.
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
+    /// The job's arguments as the coordinator was given them: build the same graph from
+    /// them (the coordinator refuses a worker whose graph differs).
+    pub fn args(&self) -> &[String] {
+        &self.args
+    }
+}
+
+/// Connects to the coordinator at `coordinator` (`host:port`) as a worker with `slots`
+/// slots, retrying for up to `wait` while it is not up yet.
+///
+/// # Errors
+/// The coordinator cannot be reached within `wait`, or refuses the worker.
+///
+/// ```no_run
+/// let joined = weir_runtime::join("127.0.0.1:7700", 2, std::time::Duration::from_secs(30))?;
+/// println!("running job {} with arguments {:?}", joined.job(), joined.args());
+/// # Ok::<(), weir_core::Error>(())
+/// ```
+pub fn join(coordinator: &str, slots: usize, wait: Duration) -> Result<Joined> {
+    if slots == 0 {
+        return Err(Error::Config("a worker needs at least 1 slot".into()));
+    }
+    let rt = super::runtime("worker")?;
+    let (conn, job, args, heartbeat, timeout) = rt.block_on(hello(coordinator, wait))?;
+    Ok(Joined {
+        rt,
+        coordinator: coordinator.to_string(),
+        slots: slots as u32,
+        wait,
+        job,
+        args,
+        heartbeat,
+        timeout,
+        conn: Some(conn),
+    })
+}
+
+type Welcomed = (
+    (OwnedReadHalf, OwnedWriteHalf),
+    String,
+    Vec<String>,
+    Duration,
+    Duration,
+);
+
+/// Connects (retrying within `wait`) and exchanges Hello / Welcome.
+async fn hello(coordinator: &str, wait: Duration) -> Result<Welcomed> {
+    let deadline = Instant::now() + wait;
+    let mut delay = Duration::from_millis(50);
+    let stream = loop {
+        match TcpStream::connect(coordinator).await {
+            Ok(s) => break s,
+            Err(e) if Instant::now() >= deadline => {
+                return Err(Error::Config(format!(
+                    "cannot reach the coordinator at {coordinator} within {} s: {e}; check that it runs and that the address is right",
+                    wait.as_secs()
+                )));
+            }
+            Err(_) => {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+        }
+    };
+    let _ = stream.set_nodelay(true);
+    let (mut r, mut w) = stream.into_split();
+    let io = |e: std::io::Error| Error::io(format!("the coordinator at {coordinator}"), e);
+    wire::write_frame(
+        &mut w,
+        &wire::encode(&Wire::Hello {
+            protocol: wire::PROTOCOL,
+        }),
+    )
+    .await
+    .map_err(io)?;
+    match read(&mut r, coordinator).await? {
+        Wire::Welcome {
+            job,
+            args,
+            heartbeat_ms,
+            timeout_ms,
+        } => Ok((
+            (r, w),
+            job,
+            args,
+            Duration::from_millis(heartbeat_ms),
+            Duration::from_millis(timeout_ms),
+        )),
+        Wire::Refused { reason } => Err(Error::Config(format!(
+            "the coordinator at {coordinator} refused this worker: {reason}"
+        ))),
+        other => Err(Error::Config(format!(
+            "unexpected answer from the coordinator at {coordinator}: {other:?}"
+        ))),
+    }
+}
+
+async fn read(r: &mut OwnedReadHalf, coordinator: &str) -> Result<Wire> {
+    match wire::read_frame(r).await {
+        Ok(Some(body)) => match wire::decode(&body) {
+            Ok(Body::Wire(w)) => Ok(w),
+            _ => Err(Error::Config(format!(
+                "{coordinator} is not a weir coordinator (it sent something else)"
+            ))),
+        },
+        Ok(None) => Err(Error::Remote {
+            message: format!("the coordinator at {coordinator} closed the connection"),
+            deterministic: false,
+            secondary: false,
+        }),
+        Err(e) => Err(Error::io(format!("the coordinator at {coordinator}"), e)),
+    }
+}
+
+/// One attempt's share on this worker.
+struct WorkerAttempt {
+    attempt: u64,
+    cancel: Arc<AtomicBool>,
+    gate: Option<Arc<StartGate>>,
+    commands: HashMap<(usize, usize), Sender<TaskCommand>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    restore_dir: Option<PathBuf>,
+}
+
+impl WorkerAttempt {
+    fn idle(attempt: u64) -> Self {
+        WorkerAttempt {
+            attempt,
+            cancel: Arc::new(AtomicBool::new(false)),
+            gate: None,
+            commands: HashMap::new(),
+            threads: Vec::new(),
+            restore_dir: None,
+        }
+    }
+
+    fn stop(self) {
+        self.cancel.store(true, Ordering::SeqCst);
+        for t in self.threads {
+            let _ = t.join();
+        }
+        if let Some(d) = self.restore_dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// Why the connection to the coordinator ended.
+enum Ended {
+    /// The job is over.
+    Job(Option<String>),
+    /// The coordinator is gone (or we were cut off): reconnect.
+    Lost(String),
+}
+
+/// Runs as a worker until the coordinator says the job is over.
+pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<JobResult> {
+    let started = Instant::now();
+    let Joined {
+        rt,
+        coordinator,
+        slots,
+        wait,
+        job: job_name,
+        args,
+        mut heartbeat,
+        mut timeout,
+        mut conn,
+    } = joined;
+    if job_name != name {
+        return Err(Error::Config(format!(
+            "the coordinator runs job '{job_name}' but this program builds job '{name}'"
+        )));
+    }
+    let fingerprint = super::fingerprint(&job.graph, &job.plan, &job.cfg);
+    let data = DataPlane::start(&rt, "0.0.0.0:0")?;
+    let stats: Arc<Mutex<HashMap<(usize, usize), TaskStats>>> = Arc::default();
+    let mut attempts = 0u32;
+    loop {
+        let (mut r, mut w) = match conn.take() {
+            Some(c) => c,
+            None => {
+                let (c, j, a, hb, to) = rt.block_on(hello(&coordinator, wait))?;
+                if j != job_name || a != args {
+                    return Err(Error::Config(format!(
+                        "the coordinator at {coordinator} now runs another job ('{j}' with arguments {a:?}); this worker ran '{job_name}' with {args:?}"
+                    )));
+                }
+                (heartbeat, timeout) = (hb, to);
+                c
+            }
+        };
+        let me = rt.block_on(async {
+            let register = Wire::Register {
+                fingerprint,
+                slots,
+                data_port: data.port(),
+            };
+            wire::write_frame(&mut w, &wire::encode(&register))
+                .await
+                .map_err(|e| Error::io(format!("the coordinator at {coordinator}"), e))?;
+            match read(&mut r, &coordinator).await? {
+                Wire::Accepted { worker } => Ok(worker),
+                Wire::Refused { reason } => Err(Error::Config(format!(
+                    "the coordinator at {coordinator} refused this worker: {reason}"
+                ))),
+                other => Err(Error::Config(format!(
+                    "unexpected answer from the coordinator: {other:?}"
+                ))),
+            }
+        })?;
+        eprintln!(
+            "[weir] worker {me}: joined the coordinator at {coordinator} with {slots} slot(s)"
+        );
+        // The lease: this worker acts on the coordinator's word only until three quarters
+        // of the heartbeat timeout after its last answered ping was sent. The coordinator
+        // waits the full timeout after the last ping it heard before it declares us lost,
+        // so we stop first.
+        let lease_us = (timeout.as_micros() as u64) * 3 / 4;
+        let lease = Arc::new(AtomicU64::new(mono_us() + lease_us));
+        let (out, mut out_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+        let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded::<Option<Wire>>();
+        let writer = rt.spawn(async move {
+            while let Some(frame) = out_rx.recv().await {
+                if wire::write_frame(&mut w, &frame).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let reader = {
+            let lease = lease.clone();
+            rt.spawn(async move {
+                while let Ok(Some(body)) = wire::read_frame(&mut r).await {
+                    match wire::decode(&body) {
+                        Ok(Body::Wire(Wire::Pong { nonce })) => {
+                            lease.fetch_max(nonce + lease_us, Ordering::SeqCst);
+                        }
+                        Ok(Body::Wire(msg)) => {
+                            if ctl_tx.send(Some(msg)).is_err() {
+                                return;
+                            }
+                        }
+                        _ => break,
+                    }
+                }
+                let _ = ctl_tx.send(None);
+            })
+        };
+        let pinger = {
+            let out = out.clone();
+            rt.spawn(async move {
+                let mut tick = tokio::time::interval(heartbeat);
+                loop {
+                    tick.tick().await;
+                    if out
+                        .send(wire::encode(&Wire::Ping { nonce: mono_us() }))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            })
+        };
+        let mut current: Option<WorkerAttempt> = None;
+        let ended = loop {
+            let msg = ctl_rx.recv_timeout(Duration::from_millis(20));
+            if mono_us() > lease.load(Ordering::SeqCst) {
+                break Ended::Lost(format!(
+                    "no answer from the coordinator for {} ms",
+                    lease_us / 1000
+                ));
+            }
+            match msg {
+                Ok(Some(Wire::Deploy(d))) => {
+                    if let Some(a) = current.take() {
+                        a.stop();
+                    }
+                    attempts += 1;
+                    current = Some(start_attempt(&job, &data, me, d, &out, &stats));
+                }
+                Ok(Some(Wire::Start { attempt })) => {
+                    if let Some(a) = current.as_ref().filter(|a| a.attempt == attempt)
+                        && let Some(g) = &a.gate
+                    {
+                        g.arrive();
+                    }
+                }
+                Ok(Some(Wire::Command {
+                    attempt,
+                    head,
+                    subtask,
+                    command,
+                })) => {
+                    if let Some(a) = current.as_ref().filter(|a| a.attempt == attempt)
+                        && let Some(c) = a.commands.get(&(head as usize, subtask as usize))
+                    {
+                        let _ = c.send(command);
+                    }
+                }
+                Ok(Some(Wire::Cancel { attempt })) => {
+                    if let Some(a) = current.as_ref().filter(|a| a.attempt == attempt) {
+                        a.cancel.store(true, Ordering::SeqCst);
+                    }
+                }
+                Ok(Some(Wire::JobEnded { error })) => break Ended::Job(error),
+                Ok(Some(other)) => {
+                    tracing::warn!(message = ?other, "unexpected message from the coordinator");
+                }
+                Ok(None) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    break Ended::Lost("the connection to the coordinator closed".into());
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            }
+        };
+        if let Some(a) = current.take() {
+            a.stop();
+        }
+        data.clear(0);
+        pinger.abort();
+        reader.abort();
+        drop(out);
+        match ended {
+            Ended::Job(error) => {
+                // Let the writer flush, then close.
+                let _ = rt
+                    .block_on(async { tokio::time::timeout(Duration::from_secs(1), writer).await });
+                rt.shutdown_timeout(Duration::from_secs(1));
+                if let Some(e) = error {
+                    return Err(Error::Remote {
+                        message: format!("the job failed: {e}"),
+                        deterministic: true,
+                        secondary: false,
+                    });
+                }
+                eprintln!("[weir] worker {me}: the job is finished");
+                let mut tasks: Vec<TaskStats> = stats
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .values()
+                    .cloned()
+                    .collect();
+                tasks.sort_by(|a, b| (&a.name, a.subtask).cmp(&(&b.name, b.subtask)));
+                return Ok(JobResult {
+                    name: name.to_string(),
+                    elapsed: started.elapsed(),
+                    tasks,
+                    savepoints: Vec::new(),
+                    stopped_with_savepoint: false,
+                    checkpoints_completed: 0,
+                    restarts: attempts.saturating_sub(1),
+                });
+            }
+            Ended::Lost(reason) => {
+                writer.abort();
+                eprintln!(
+                    "[weir] worker {me}: {reason}; stopped its tasks, reconnecting to {coordinator}"
+                );
+            }
+        }
+    }
+}
+
+/// Starts this worker's share of an attempt. Failures are reported to the coordinator as
+/// failures of the tasks, which restarts the attempt.
+fn start_attempt(
+    job: &Arc<JobShared>,
+    data: &DataPlane,
+    me: u32,
+    d: Deploy,
+    out: &tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+    stats: &Arc<Mutex<HashMap<(usize, usize), TaskStats>>>,
+) -> WorkerAttempt {
+    let attempt = d.attempt;
+    let local: HashSet<(usize, usize)> = d
+        .tasks
+        .iter()
+        .filter(|(_, _, w)| *w == me)
+        .map(|(h, s, _)| (*h as usize, *s as usize))
+        .collect();
+    if local.is_empty() {
+        data.clear(attempt);
+        return WorkerAttempt::idle(attempt);
+    }
+    let fail = |e: &Error| {
+        for (h, s) in &local {
+            send_event(
+                out,
+                attempt,
+                *h,
+                *s,
+                WireEvent::Done {
+                    records: 0,
+                    error: Some(WireError::from_error(e)),
+                },
+            );
+        }
+    };
+    let mut restore_dir = None;
+    let mut map = crate::checkpoints::RestoreMap::new();
+    if let Some(path) = &d.restore {
+        let dir = crate::job::restore_scratch_dir();
+        restore_dir = Some(dir.clone());
+        match restore(job, path, &dir) {
+            Ok(m) => map = m,
+            Err(e) => {
+                fail(&e);
+                let mut a = WorkerAttempt::idle(attempt);
+                a.restore_dir = restore_dir;
+                return a;
+            }
+        }
+    }
+    let built_out = out.clone();
+    let gate = Arc::new(StartGate::clustered(
+        local.len(),
+        Box::new(move || {
+            let _ = built_out.send(wire::encode(&Wire::Built { attempt }));
+        }),
+    ));
+    let mut links = Vec::new();
+    let launched = crate::job::launch_local(
+        job,
+        map,
+        Some(Subset {
+            local: &local,
+            links: &mut |key, link| links.push((key, link)),
+            start: gate.clone(),
+        }),
+    );
+    let launched = match launched {
+        Ok(l) => l,
+        Err(e) => {
+            fail(&e);
+            let mut a = WorkerAttempt::idle(attempt);
+            a.restore_dir = restore_dir;
+            return a;
+        }
+    };
+    let placement: HashMap<(usize, usize), u32> = d
+        .tasks
+        .iter()
+        .map(|(h, s, w)| ((*h as usize, *s as usize), *w))
+        .collect();
+    let remote: Vec<RemoteLink> = links
+        .into_iter()
+        .map(|(key, link)| {
+            let consumer = (key.node as usize, key.consumer as usize);
+            let from = job.graph.nodes[key.node as usize].inputs[key.gate as usize]
+                .from
+                .0;
+            let producer = (job.plan.head_of[from], key.producer as usize);
+            let outgoing = local.contains(&producer);
+            let peer = placement[if outgoing { &consumer } else { &producer }];
+            RemoteLink {
+                key,
+                link,
+                outgoing,
+                peer,
+            }
+        })
+        .collect();
+    let addresses: HashMap<u32, String> = d.workers.iter().cloned().collect();
+    let mut threads = launched.threads;
+    let cancel = launched.cancel.clone();
+    match data.wire_attempt(
+        attempt,
+        me,
+        &addresses,
+        remote,
+        &cancel,
+        job.cfg.channel_capacity as u32,
+    ) {
+        Ok(t) => threads.extend(t),
+        Err(e) => {
+            // The tasks are running: cancelling them makes each report its end; the
+            // coordinator learns the cause from this report.
+            cancel.store(true, Ordering::SeqCst);
+            if let Some((h, s)) = local.iter().next() {
+                send_event(
+                    out,
+                    attempt,
+                    *h,
+                    *s,
+                    WireEvent::Done {
+                        records: 0,
+                        error: Some(WireError::from_error(&e)),
+                    },
+                );
+            }
+        }
+    }
+    let mut commands = HashMap::new();
+    let mut keys = Vec::new();
+    for r in &launched.running {
+        let key = (r.key.node.0, r.key.subtask.0);
+        keys.push((key, r.name.clone(), r.is_source));
+        if let Commands::Local(s) = &r.commands {
+            commands.insert(key, s.clone());
+        }
+    }
+    // Relays the tasks' reports to the coordinator.
+    let events = launched.events;
+    let out = out.clone();
+    let stats = stats.clone();
+    let forwarder = std::thread::Builder::new()
+        .name("weir-worker-events".into())
+        .spawn(move || {
+            let mut sent_shared: HashSet<String> = HashSet::new();
+            for ev in events {
+                match ev {
+                    TaskEvent::Ack {
+                        task,
+                        id,
+                        snapshot,
+                        alignment,
+                        sync,
+                    } => {
+                        let ((h, s), _, _) = &keys[task];
+                        let mut files = Vec::new();
+                        let mut ok = true;
+                        for f in snapshot.values().flat_map(|s| &s.files) {
+                            if f.shared && sent_shared.contains(&f.name) {
+                                continue;
+                            }
+                            match std::fs::read(&f.path) {
+                                Ok(b) => files.push((f.name.clone(), b)),
+                                Err(e) => {
+                                    tracing::warn!(file = %f.path.display(), error = %e, "reading a checkpoint file failed");
+                                    ok = false;
+                                }
+                            }
+                        }
+                        if !ok {
+                            // Without its files the checkpoint cannot complete; it times
+                            // out or a later one subsumes it.
+                            continue;
+                        }
+                        for f in snapshot.values().flat_map(|s| &s.files) {
+                            if f.shared {
+                                sent_shared.insert(f.name.clone());
+                            }
+                        }
+                        send_event(
+                            &out,
+                            attempt,
+                            *h,
+                            *s,
+                            WireEvent::Ack {
+                                id: id.0,
+                                snapshot,
+                                files,
+                                alignment_us: alignment.as_micros() as u64,
+                                sync_us: sync.as_micros() as u64,
+                            },
+                        );
+                    }
+                    TaskEvent::SourceFinished { task } => {
+                        let ((h, s), _, _) = &keys[task];
+                        send_event(&out, attempt, *h, *s, WireEvent::SourceFinished);
+                    }
+                    TaskEvent::Done { task, result } => {
+                        let ((h, s), name, is_source) = &keys[task];
+                        let (records, error) = match result {
+                            Ok(Ok(n)) => (n, None),
+                            Ok(Err(e)) => (0, Some(WireError::from_error(&e))),
+                            Err(p) => (0, Some(WireError::from_error(&Error::from_panic(p)))),
+                        };
+                        stats.lock().unwrap_or_else(|p| p.into_inner()).insert(
+                            (*h, *s),
+                            TaskStats {
+                                name: name.clone(),
+                                subtask: *s,
+                                records,
+                                is_source: *is_source,
+                            },
+                        );
+                        send_event(&out, attempt, *h, *s, WireEvent::Done { records, error });
+                    }
+                }
+            }
+        });
+    match forwarder {
+        Ok(t) => threads.push(t),
+        Err(e) => {
+            cancel.store(true, Ordering::SeqCst);
+            tracing::error!(error = %e, "cannot start the event relay thread");
+        }
+    }
+    WorkerAttempt {
+        attempt,
+        cancel,
+        gate: Some(gate),
+        commands,
+        threads,
+        restore_dir,
+    }
+}
+
+fn send_event(
+    out: &tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+    attempt: u64,
+    head: usize,
+    subtask: usize,
+    event: WireEvent,
+) {
+    let _ = out.send(wire::encode(&Wire::Event {
+        attempt,
+        head: head as u32,
+        subtask: subtask as u32,
+        event,
+    }));
+}
+
+/// Loads the state of checkpoint `path` for this job, from the storage every process sees.
+fn restore(
+    job: &JobShared,
+    path: &std::path::Path,
+    local: &std::path::Path,
+) -> Result<crate::checkpoints::RestoreMap> {
+    let cfg = job.cfg.checkpoint.as_ref().ok_or_else(|| {
+        Error::Config(
+            "the coordinator restores a checkpoint but this worker has no checkpoint configuration"
+                .into(),
+        )
+    })?;
+    let storage = weir_checkpoint::CheckpointStorage::open(&cfg.dir)
+        .map_err(|e| Error::Config(e.to_string()))?;
+    let manifest = storage
+        .load(path)
+        .map_err(|e| Error::Config(format!("this worker cannot read checkpoint {}: {e}; is the checkpoint directory shared by every process?", path.display())))?;
+    crate::checkpoints::restore_map(
+        &storage,
+        &manifest,
+        path,
+        &job.graph,
+        &job.plan,
+        job.cfg.max_parallelism,
+        local,
+    )
+}
