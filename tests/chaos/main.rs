@@ -8,6 +8,7 @@
 //! Sizes are those the CI runs; `WEIR_SOAK=1` multiplies the number of kills by 10.
 
 mod bounded;
+mod cluster;
 mod harness;
 mod kills;
 mod property;

@@ -1,8 +1,9 @@
 //! Named fail points for fault-injection tests.
 //!
 //! Set `WEIR_FAILPOINTS=name=action[,name=action...]`; actions: `kill` (the process
-//! sends itself SIGKILL, exactly as `kill -9` from outside would), `exit` (exit status 86
-//! at once, without flushing or cleanup) and `panic`. A fail point fires the first time
+//! sends itself SIGKILL, exactly as `kill -9` from outside would), `stop` (the process
+//! sends itself SIGSTOP and goes on after a SIGCONT: a frozen cluster worker), `exit`
+//! (exit status 86 at once, without flushing or cleanup) and `panic`. A fail point fires the first time
 //! it is hit. Names used by weir: `checkpoint.before_metadata`,
 //! `checkpoint.after_metadata` (job coordinator), `sink.after_precommit`,
 //! `sink.before_commit`, `sink.after_commit` (exactly-once file sink), and in the Kafka
@@ -62,8 +63,18 @@ pub fn hit(name: &str) {
                 std::thread::park();
             }
         }
+        "stop" => {
+            // Freezes the whole process, as a long pause or a network partition would,
+            // until someone sends SIGCONT; then it goes on from here.
+            let pid = std::process::id().to_string();
+            let _ = std::process::Command::new("kill")
+                .args(["-STOP", &pid])
+                .status();
+        }
         "exit" => std::process::exit(86),
         "panic" => panic!("fail point '{name}'"),
-        other => eprintln!("[weir] unknown fail point action '{other}' (use kill, exit or panic)"),
+        other => {
+            eprintln!("[weir] unknown fail point action '{other}' (use kill, stop, exit or panic)")
+        }
     }
 }

@@ -1,10 +1,13 @@
 //! The exactly-once text file sink: two-phase commit tied to checkpoints.
 //!
-//! Each subtask `s` writes lines into `.part-<s>.inprogress`. At a checkpoint barrier
-//! (pre-commit) the file is flushed, fsynced and renamed to `.part-<s>-<n>.pending`; when
-//! checkpoint `n` completes (commit) every pending file up to `n` is renamed to
-//! `part-<s>-<n as 20 digits>`, and the directory is fsynced. Files starting with a dot are
-//! uncommitted: readers must skip them.
+//! Each subtask `s` writes lines into `.part-<s>-<token>.inprogress`, where the token is
+//! new for every run of the subtask. At a checkpoint barrier (pre-commit) the file is
+//! flushed, fsynced and renamed to `.part-<s>-<n>-<token>.pending`; when checkpoint `n`
+//! completes (commit) every pending file up to `n` is renamed to `part-<s>-<n as 20 digits>`,
+//! and the directory is fsynced. Files starting with a dot are uncommitted: readers must
+//! skip them. The token keeps two runs of one subtask apart: in a cluster, a worker cut off
+//! from the coordinator (a zombie of an old attempt) may still be writing while the
+//! subtask runs again elsewhere, and its files must never be taken for the new run's.
 //!
 //! On restore from checkpoint `c`, the pending files recorded in `c` are committed (a crash
 //! may have hit between the checkpoint completing and the rename), and every uncommitted
@@ -28,6 +31,8 @@ use std::sync::Arc;
 struct SinkState {
     writer: u32,
     pending: Vec<u64>,
+    /// The token in the names of this run's uncommitted files.
+    token: String,
 }
 
 /// A committed file's name.
@@ -35,12 +40,28 @@ pub fn committed_name(writer: usize, checkpoint: u64) -> String {
     format!("part-{writer}-{checkpoint:020}")
 }
 
-fn pending_name(writer: usize, checkpoint: u64) -> String {
-    format!(".part-{writer}-{checkpoint}.pending")
+fn pending_name(writer: usize, checkpoint: u64, token: &str) -> String {
+    format!(".part-{writer}-{checkpoint}-{token}.pending")
 }
 
-fn in_progress_name(writer: usize) -> String {
-    format!(".part-{writer}.inprogress")
+fn in_progress_name(writer: usize, token: &str) -> String {
+    format!(".part-{writer}-{token}.inprogress")
+}
+
+/// A token unique to one run of one sink subtask.
+fn new_token() -> String {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut x = nanos ^ ((std::process::id() as u64) << 40) ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    // One xorshift round spreads the bits, so tokens of close moments look unrelated.
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    format!("{x:016x}")
 }
 
 /// A file of the sink directory, parsed from its name.
@@ -54,12 +75,14 @@ enum Part {
 fn parse(name: &str) -> Option<Part> {
     if let Some(rest) = name.strip_prefix(".part-") {
         if let Some(w) = rest.strip_suffix(".inprogress") {
+            let w = w.split('-').next()?;
             return Some(Part::InProgress {
                 writer: w.parse().ok()?,
             });
         }
         let rest = rest.strip_suffix(".pending")?;
-        let (w, c) = rest.split_once('-')?;
+        let mut fields = rest.split('-');
+        let (w, c) = (fields.next()?, fields.next()?);
         return Some(Part::Pending {
             writer: w.parse().ok()?,
             checkpoint: c.parse().ok()?,
@@ -92,6 +115,7 @@ pub struct ExactlyOnceFileSink<T> {
     file: Option<std::io::BufWriter<std::fs::File>>,
     pending: Vec<u64>,
     restored: bool,
+    token: String,
 }
 
 impl<T> ExactlyOnceFileSink<T> {
@@ -105,6 +129,7 @@ impl<T> ExactlyOnceFileSink<T> {
             file: None,
             pending: Vec::new(),
             restored: false,
+            token: new_token(),
         }
     }
 
@@ -112,8 +137,8 @@ impl<T> ExactlyOnceFileSink<T> {
         self.dir.join(name)
     }
 
-    fn commit(&self, writer: usize, checkpoint: u64) -> Result<()> {
-        let from = self.path(&pending_name(writer, checkpoint));
+    fn commit(&self, writer: usize, checkpoint: u64, token: &str) -> Result<()> {
+        let from = self.path(&pending_name(writer, checkpoint, token));
         let to = self.path(&committed_name(writer, checkpoint));
         match std::fs::rename(&from, &to) {
             Ok(()) => Ok(()),
@@ -140,9 +165,10 @@ impl<T> ExactlyOnceFileSink<T> {
                 Part::InProgress { writer } if mine(writer) => {
                     std::fs::remove_file(e.path()).map_err(io(&e.path()))?;
                 }
-                Part::Pending { writer, checkpoint }
-                    if mine(writer) && restored.is_none_or(|c| checkpoint > c) =>
-                {
+                // The pending files the restored state recorded were committed just
+                // before: whatever is still pending belongs to no checkpoint being kept
+                // (a newer one, or a run of this subtask that was cut off).
+                Part::Pending { writer, .. } if mine(writer) => {
                     std::fs::remove_file(e.path()).map_err(io(&e.path()))?;
                 }
                 Part::Committed { writer, checkpoint }
@@ -180,7 +206,7 @@ impl<T> ExactlyOnceFileSink<T> {
         let Some(mut f) = self.file.take() else {
             return Ok(false);
         };
-        let p = self.path(&in_progress_name(self.writer));
+        let p = self.path(&in_progress_name(self.writer, &self.token));
         f.flush().map_err(io(&p))?;
         f.get_ref().sync_all().map_err(io(&p))?;
         Ok(true)
@@ -199,7 +225,7 @@ impl<T: 'static> SinkFunction<T> for ExactlyOnceFileSink<T> {
             let st: SinkState = codec::decode(s)?;
             if st.writer as usize % ctx.parallelism == ctx.subtask {
                 for c in st.pending {
-                    self.commit(st.writer as usize, c)?;
+                    self.commit(st.writer as usize, c, &st.token)?;
                 }
             }
         }
@@ -210,6 +236,7 @@ impl<T: 'static> SinkFunction<T> for ExactlyOnceFileSink<T> {
 
     fn open(&mut self, ctx: &SinkContext) -> Result<()> {
         self.writer = ctx.subtask;
+        self.token = new_token();
         self.checkpointing = ctx.checkpointing;
         std::fs::create_dir_all(&self.dir).map_err(io(&self.dir))?;
         if !self.restored {
@@ -220,20 +247,31 @@ impl<T: 'static> SinkFunction<T> for ExactlyOnceFileSink<T> {
 
     fn invoke(&mut self, value: T, _ts: Timestamp) -> Result<()> {
         if self.file.is_none() {
-            let p = self.path(&in_progress_name(self.writer));
-            let f = std::fs::File::create(&p).map_err(io(&p))?;
+            let p = self.path(&in_progress_name(self.writer, &self.token));
+            // create_new: never take over a file of another run.
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&p)
+                .map_err(io(&p))?;
             self.file = Some(std::io::BufWriter::new(f));
         }
         let line = (self.format)(&value);
         let f = self.file.as_mut().expect("just opened");
-        writeln!(f, "{line}")
-            .map_err(|e| Error::io(self.dir.join(in_progress_name(self.writer)).display(), e))
+        writeln!(f, "{line}").map_err(|e| {
+            Error::io(
+                self.dir
+                    .join(in_progress_name(self.writer, &self.token))
+                    .display(),
+                e,
+            )
+        })
     }
 
     fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<Option<(Vec<u8>, String)>> {
         if self.roll()? {
-            let from = self.path(&in_progress_name(self.writer));
-            let to = self.path(&pending_name(self.writer, checkpoint.0));
+            let from = self.path(&in_progress_name(self.writer, &self.token));
+            let to = self.path(&pending_name(self.writer, checkpoint.0, &self.token));
             std::fs::rename(&from, &to).map_err(io(&from))?;
             fsync_dir(&self.dir)?;
             self.pending.push(checkpoint.0);
@@ -242,6 +280,7 @@ impl<T: 'static> SinkFunction<T> for ExactlyOnceFileSink<T> {
         let st = SinkState {
             writer: self.writer as u32,
             pending: self.pending.clone(),
+            token: self.token.clone(),
         };
         let desc = format!(
             "writer {}: pending checkpoints {:?}",
@@ -257,7 +296,7 @@ impl<T: 'static> SinkFunction<T> for ExactlyOnceFileSink<T> {
             crate::failpoint::hit("sink.before_commit");
         }
         for c in &done {
-            self.commit(self.writer, *c)?;
+            self.commit(self.writer, *c, &self.token)?;
         }
         if !done.is_empty() {
             crate::failpoint::hit("sink.after_commit");
@@ -280,7 +319,7 @@ impl<T: 'static> SinkFunction<T> for ExactlyOnceFileSink<T> {
             return Ok(());
         }
         if self.roll()? {
-            let from = self.path(&in_progress_name(self.writer));
+            let from = self.path(&in_progress_name(self.writer, &self.token));
             let to = self.path(&committed_name(self.writer, 0));
             std::fs::rename(&from, &to).map_err(io(&from))?;
             fsync_dir(&self.dir)?;
@@ -295,12 +334,14 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
+        let token = new_token();
+        assert_ne!(token, new_token(), "every run gets its own token");
         assert_eq!(
-            parse(&in_progress_name(3)),
+            parse(&in_progress_name(3, &token)),
             Some(Part::InProgress { writer: 3 })
         );
         assert_eq!(
-            parse(&pending_name(1, 42)),
+            parse(&pending_name(1, 42, &token)),
             Some(Part::Pending {
                 writer: 1,
                 checkpoint: 42
@@ -314,5 +355,76 @@ mod tests {
             })
         );
         assert_eq!(parse("notes.txt"), None);
+    }
+
+    fn ctx() -> SinkContext {
+        SinkContext {
+            subtask: 0,
+            parallelism: 1,
+            checkpointing: true,
+            checkpoint_timing: None,
+            name: "sink".into(),
+        }
+    }
+
+    fn committed(dir: &Path) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with('.'))
+            .map(|n| (n.clone(), std::fs::read_to_string(dir.join(&n)).unwrap()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// A run of a subtask cut off from its cluster (a zombie) keeps writing while the
+    /// subtask runs again elsewhere from the last checkpoint; the new run's committed
+    /// output holds only its own records.
+    #[test]
+    fn a_cut_off_run_cannot_touch_the_files_of_the_run_that_replaced_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let format: Arc<dyn Fn(&String) -> String + Send + Sync> = Arc::new(|s: &String| s.clone());
+        let mut old = ExactlyOnceFileSink::new(dir.path().to_path_buf(), format.clone());
+        old.open(&ctx()).unwrap();
+        old.invoke("a".into(), 0).unwrap();
+        let (state, _) = old.snapshot(CheckpointId(1)).unwrap().unwrap();
+        old.notify_complete(CheckpointId(1)).unwrap();
+        old.invoke("b".into(), 0).unwrap();
+
+        // The subtask restarts from checkpoint 1 elsewhere, and writes while the old run,
+        // thawed, goes on writing and pre-commits the same checkpoint number. What the old
+        // run's calls return does not matter (it may fail); the new run must not notice.
+        let mut new = ExactlyOnceFileSink::new(dir.path().to_path_buf(), format);
+        new.restore(CheckpointId(1), &[state], &ctx()).unwrap();
+        new.open(&ctx()).unwrap();
+        new.invoke("b".into(), 0).unwrap();
+        new.roll().unwrap();
+        new.file = Some(std::io::BufWriter::new(
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(dir.path().join(in_progress_name(0, &new.token)))
+                .unwrap(),
+        ));
+        let _ = old.snapshot(CheckpointId(2));
+        let _ = old.invoke("zombie-1".into(), 0);
+        let _ = old.roll();
+        new.invoke("c".into(), 0).unwrap();
+        let _ = old.snapshot(CheckpointId(3));
+        new.snapshot(CheckpointId(2)).unwrap();
+        new.notify_complete(CheckpointId(2)).unwrap();
+        let _ = old.notify_complete(CheckpointId(3));
+
+        assert_eq!(
+            committed(dir.path()),
+            vec![
+                ("part-0-00000000000000000001".to_string(), "a\n".to_string()),
+                (
+                    "part-0-00000000000000000002".to_string(),
+                    "b\nc\n".to_string()
+                ),
+            ]
+        );
     }
 }

@@ -272,8 +272,7 @@ impl Executor for ClusterExecutor {
         let mut index = HashMap::new();
         for &h in &job.plan.heads {
             let node = &job.graph.nodes[h];
-            for s in 0..job.plan.parallelism[h] {
-                let worker = slots[s];
+            for (s, &worker) in slots.iter().enumerate().take(job.plan.parallelism[h]) {
                 index.insert((h, s), running.len());
                 worker_of.push(worker);
                 tasks.push((h as u32, s as u32, worker));

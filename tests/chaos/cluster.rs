@@ -1,0 +1,225 @@
+//! Cluster mode with real processes on loopback: a coordinator and workers running
+//! `file_sum`, a worker SIGKILLed and replaced, the coordinator SIGKILLed and restarted,
+//! and a worker frozen (SIGSTOP) until the cluster gives up on it, then thawed — a zombie
+//! of an older attempt. Each time the committed output must hold every key's prefix sums
+//! exactly once, as a single process's would.
+
+use crate::harness::{Scenario, latest_checkpoint, wait_for, wait_within};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A free port on loopback (bound, then released for the coordinator to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// One cluster run of a scenario: the processes and their logs.
+struct Cluster<'a> {
+    s: &'a Scenario,
+    address: String,
+    logs: PathBuf,
+    started: usize,
+}
+
+impl<'a> Cluster<'a> {
+    fn new(s: &'a Scenario) -> Self {
+        let logs = s.output.with_file_name("logs");
+        std::fs::create_dir_all(&logs).expect("log dir");
+        Cluster {
+            s,
+            address: format!("127.0.0.1:{}", free_port()),
+            logs,
+            started: 0,
+        }
+    }
+
+    fn log_file(&mut self, what: &str) -> (PathBuf, std::fs::File) {
+        self.started += 1;
+        let path = self.logs.join(format!("{}-{what}.log", self.started));
+        let f = std::fs::File::create(&path).expect("log file");
+        (path, f)
+    }
+
+    /// Starts the coordinator: 3 workers, parallelism 4, heartbeat timeout 2 s.
+    fn coordinator(&mut self) -> (Child, PathBuf) {
+        let (path, log) = self.log_file("coordinator");
+        let mut c = self.s.command(4, Some(6_000), 100);
+        c.arg("--cluster")
+            .arg("coordinator")
+            .arg("--listen")
+            .arg(&self.address)
+            .arg("--workers")
+            .arg("3")
+            .arg("--heartbeat-timeout-ms")
+            .arg("2000")
+            .stdout(Stdio::null())
+            .stderr(log);
+        (c.spawn().expect("start the coordinator"), path)
+    }
+
+    fn worker(&mut self, slots: usize) -> (Child, PathBuf) {
+        let (path, log) = self.log_file("worker");
+        let child = Command::new(env!("CARGO_BIN_EXE_file_sum"))
+            .arg("--cluster")
+            .arg("worker")
+            .arg("--coordinator")
+            .arg(&self.address)
+            .arg("--slots")
+            .arg(slots.to_string())
+            .env_remove("WEIR_FAILPOINTS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start a worker");
+        (child, path)
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn count(path: &Path, needle: &str) -> usize {
+    read(path).matches(needle).count()
+}
+
+/// Waits for a line in a log.
+fn wait_log(path: &Path, needle: &str, times: usize) {
+    wait_for(
+        &format!("{needle:?} (×{times}) in {}", path.display()),
+        Duration::from_secs(60),
+        || count(path, needle) >= times,
+    );
+}
+
+fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(child.id().to_string())
+        .status()
+        .expect("run kill")
+        .success();
+    assert!(ok, "kill -{sig} failed");
+}
+
+/// Waits for a process to exit 0; on failure shows its log.
+fn expect_success(child: &mut Child, log: &Path, what: &str) {
+    let status = wait_within(child, Duration::from_secs(120));
+    assert!(status.success(), "{what} failed: {status}\n{}", read(log));
+}
+
+/// Starts workers one after the other (so their ids follow), with 2, 1 and 1 slots: four
+/// slots for parallelism 4, none to spare.
+fn start_workers(cl: &mut Cluster<'_>, coord_log: &Path) -> Vec<(Child, PathBuf)> {
+    let mut workers = Vec::new();
+    for (i, slots) in [2, 1, 1].into_iter().enumerate() {
+        workers.push(cl.worker(slots));
+        wait_log(coord_log, &format!("worker {} joined", i + 1), 1);
+    }
+    workers
+}
+
+#[test]
+fn a_worker_killed_mid_run_is_replaced_and_the_output_is_exact() {
+    let s = Scenario::new(40_000, 40, 51);
+    let mut cl = Cluster::new(&s);
+    let (mut coord, coord_log) = cl.coordinator();
+    let mut workers = start_workers(&mut cl, &coord_log);
+    wait_for("a checkpoint mid-run", Duration::from_secs(60), || {
+        latest_checkpoint(&s.checkpoints).is_some_and(|c| c >= 3)
+    });
+    // Worker 3 runs subtask 2 of the keyed sum and its sink.
+    let (mut victim, _) = workers.remove(2);
+    victim.kill().expect("SIGKILL a worker");
+    victim.wait().expect("reap the worker");
+    wait_log(&coord_log, "worker 3 (", 1);
+    // Three slots are left for four subtasks: the job waits for a replacement.
+    wait_log(&coord_log, "waiting for 1 worker(s) and 4 slot(s)", 1);
+    let (mut replacement, replacement_log) = cl.worker(1);
+    expect_success(&mut coord, &coord_log, "the coordinator");
+    for (mut w, log) in workers {
+        expect_success(&mut w, &log, "a worker");
+    }
+    expect_success(&mut replacement, &replacement_log, "the replacement worker");
+    let log = read(&coord_log);
+    assert!(log.contains("lost: connection closed"), "{log}");
+    assert!(log.contains("resuming from checkpoint"), "{log}");
+    assert!(log.contains("worker 4 joined"), "{log}");
+    s.check();
+}
+
+#[test]
+fn a_coordinator_killed_mid_run_is_restarted_and_the_workers_rejoin() {
+    let s = Scenario::new(40_000, 40, 52);
+    let mut cl = Cluster::new(&s);
+    let (mut coord, coord_log) = cl.coordinator();
+    let workers = start_workers(&mut cl, &coord_log);
+    wait_for("a checkpoint mid-run", Duration::from_secs(60), || {
+        latest_checkpoint(&s.checkpoints).is_some_and(|c| c >= 3)
+    });
+    coord.kill().expect("SIGKILL the coordinator");
+    coord.wait().expect("reap the coordinator");
+    for (_, log) in &workers {
+        wait_log(log, "reconnecting", 1);
+    }
+    let (mut coord, coord_log) = cl.coordinator();
+    expect_success(&mut coord, &coord_log, "the restarted coordinator");
+    for (mut w, log) in workers {
+        expect_success(&mut w, &log, "a worker");
+    }
+    let log = read(&coord_log);
+    assert!(log.contains("resuming from checkpoint"), "{log}");
+    s.check();
+}
+
+#[test]
+fn a_worker_cut_off_and_back_cannot_commit_output_of_its_old_attempt() {
+    let s = Scenario::new(40_000, 40, 53);
+    let mut cl = Cluster::new(&s);
+    let (mut coord, coord_log) = cl.coordinator();
+    let mut workers = Vec::new();
+    for (i, slots) in [2, 1].into_iter().enumerate() {
+        workers.push(cl.worker(slots));
+        wait_log(&coord_log, &format!("worker {} joined", i + 1), 1);
+    }
+    // Worker 3 freezes itself right after its sink pre-committed a checkpoint, with
+    // records after that barrier still in its channels: to the cluster it goes silent.
+    let (path, log) = cl.log_file("zombie");
+    let mut zombie = Command::new(env!("CARGO_BIN_EXE_file_sum"))
+        .args(["--cluster", "worker", "--coordinator", &cl.address])
+        .args(["--slots", "1"])
+        .env("WEIR_FAILPOINTS", "sink.after_precommit=stop")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start the worker to freeze");
+    let zombie_log = path;
+    wait_log(&zombie_log, "fail point 'sink.after_precommit': stop", 1);
+    wait_log(&coord_log, "lost: no heartbeat", 1);
+    let (mut replacement, replacement_log) = cl.worker(1);
+    wait_log(&coord_log, "deployed", 2);
+    let after = latest_checkpoint(&s.checkpoints).unwrap_or(0);
+    wait_for(
+        "a checkpoint of the new attempt",
+        Duration::from_secs(60),
+        || latest_checkpoint(&s.checkpoints).is_some_and(|c| c > after),
+    );
+    // Thaw it while the new attempt runs, its subtask now running elsewhere: it finishes
+    // its snapshot, writes what is left in its channels, and must stop on its own.
+    signal(&zombie, "CONT");
+    wait_log(&zombie_log, "no answer from the coordinator", 1);
+    expect_success(&mut coord, &coord_log, "the coordinator");
+    for (mut w, log) in workers {
+        expect_success(&mut w, &log, "a worker");
+    }
+    expect_success(&mut replacement, &replacement_log, "the replacement worker");
+    expect_success(&mut zombie, &zombie_log, "the thawed worker");
+    // The zombie may leave uncommitted files; the committed output is exact.
+    s.check_committed();
+}
