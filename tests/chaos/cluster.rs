@@ -46,8 +46,14 @@ impl<'a> Cluster<'a> {
 
     /// Starts the coordinator: 3 workers, parallelism 4, heartbeat timeout 2 s.
     fn coordinator(&mut self) -> (Child, PathBuf) {
+        self.coordinator_with(&[])
+    }
+
+    /// The coordinator with extra job flags; its stdout and stderr go to the log.
+    fn coordinator_with(&mut self, extra: &[&str]) -> (Child, PathBuf) {
         let (path, log) = self.log_file("coordinator");
         let mut c = self.s.command(4, Some(6_000), 100);
+        c.args(extra);
         c.arg("--cluster")
             .arg("coordinator")
             .arg("--listen")
@@ -56,7 +62,7 @@ impl<'a> Cluster<'a> {
             .arg("3")
             .arg("--heartbeat-timeout-ms")
             .arg("2000")
-            .stdout(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
             .stderr(log);
         (c.spawn().expect("start the coordinator"), path)
     }
@@ -78,6 +84,22 @@ impl<'a> Cluster<'a> {
             .expect("start a worker");
         (child, path)
     }
+}
+
+/// Runs `weir cluster ARGS --coordinator ADDRESS` and returns its stdout; it must succeed.
+fn weir_cluster(address: &str, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_weir-cli"))
+        .arg("cluster")
+        .args(args)
+        .args(["--coordinator", address])
+        .output()
+        .expect("run weir");
+    assert!(
+        out.status.success(),
+        "weir cluster {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
 }
 
 fn read(path: &Path) -> String {
@@ -133,6 +155,29 @@ fn a_worker_killed_mid_run_is_replaced_and_the_output_is_exact() {
     wait_for("a checkpoint mid-run", Duration::from_secs(60), || {
         latest_checkpoint(&s.checkpoints).is_some_and(|c| c >= 3)
     });
+    // What an operator sees: three workers, their slots and tasks (worker 1 runs the
+    // source and subtasks 0 and 3 of the keyed sum, workers 2 and 3 one subtask each).
+    let status: serde_json::Value =
+        serde_json::from_str(&weir_cluster(&cl.address, &["status", "--json"])).expect("JSON");
+    assert_eq!(status["job"], "file_sum");
+    assert_eq!(status["state"], "running");
+    let workers_seen: Vec<(u64, u64, u64)> = status["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .map(|w| {
+            let n = |f: &str| w[f].as_u64().expect("a number");
+            (n("id"), n("slots"), n("tasks"))
+        })
+        .collect();
+    assert_eq!(workers_seen, vec![(1, 2, 3), (2, 1, 1), (3, 1, 1)]);
+    assert!(
+        status["last_checkpoint"]["id"]
+            .as_u64()
+            .is_some_and(|c| c >= 3)
+    );
+    let text = weir_cluster(&cl.address, &["status"]);
+    assert!(text.contains("workers:         3 (4 slots)"), "{text}");
     // Worker 3 runs subtask 2 of the keyed sum and its sink.
     let (mut victim, _) = workers.remove(2);
     victim.kill().expect("SIGKILL a worker");
@@ -222,4 +267,69 @@ fn a_worker_cut_off_and_back_cannot_commit_output_of_its_old_attempt() {
     expect_success(&mut zombie, &zombie_log, "the thawed worker");
     // The zombie may leave uncommitted files; the committed output is exact.
     s.check_committed();
+}
+
+#[test]
+fn savepoint_stop_and_cancel_go_through_the_coordinator() {
+    let s = Scenario::new(40_000, 40, 54);
+    let mut cl = Cluster::new(&s);
+    // Stop with a savepoint over the coordinator's RPC, then resume from it.
+    let (mut coord, coord_log) = cl.coordinator();
+    let workers = start_workers(&mut cl, &coord_log);
+    wait_for("a checkpoint mid-run", Duration::from_secs(60), || {
+        latest_checkpoint(&s.checkpoints).is_some_and(|c| c >= 2)
+    });
+    let said = weir_cluster(&cl.address, &["savepoint", "--stop"]);
+    assert!(said.contains("taking a savepoint, then stopping"), "{said}");
+    expect_success(
+        &mut coord,
+        &coord_log,
+        "the coordinator stopping with a savepoint",
+    );
+    for (mut w, log) in workers {
+        expect_success(&mut w, &log, "a worker");
+    }
+    let log = read(&coord_log);
+    let savepoint = log
+        .lines()
+        .find_map(|l| l.strip_prefix("stopped with savepoint "))
+        .unwrap_or_else(|| panic!("no savepoint path in the log:\n{log}"))
+        .to_string();
+
+    // Resume from the savepoint, then cancel over RPC: everyone stops, non-zero.
+    let (mut coord, coord_log) = cl.coordinator_with(&["--from-savepoint", &savepoint]);
+    let workers = start_workers(&mut cl, &coord_log);
+    wait_log(&coord_log, "resuming from savepoint", 1);
+    let done = latest_checkpoint(&s.checkpoints).unwrap_or(0);
+    wait_for(
+        "a checkpoint after the savepoint",
+        Duration::from_secs(60),
+        || latest_checkpoint(&s.checkpoints).is_some_and(|c| c > done),
+    );
+    let said = weir_cluster(&cl.address, &["cancel"]);
+    assert!(said.contains("cancelling job 'file_sum'"), "{said}");
+    let status = wait_within(&mut coord, Duration::from_secs(60));
+    assert!(!status.success(), "a cancelled job exits non-zero");
+    assert!(
+        read(&coord_log).contains("job cancelled"),
+        "{}",
+        read(&coord_log)
+    );
+    for (mut w, log) in workers {
+        let status = wait_within(&mut w, Duration::from_secs(60));
+        assert!(
+            !status.success(),
+            "a worker of a cancelled job exits non-zero"
+        );
+        assert!(read(&log).contains("job cancelled"), "{}", read(&log));
+    }
+
+    // Started again, the job resumes from its latest checkpoint and finishes exactly.
+    let (mut coord, coord_log) = cl.coordinator();
+    let workers = start_workers(&mut cl, &coord_log);
+    expect_success(&mut coord, &coord_log, "the coordinator");
+    for (mut w, log) in workers {
+        expect_success(&mut w, &log, "a worker");
+    }
+    s.check();
 }

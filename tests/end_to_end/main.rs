@@ -6,6 +6,7 @@
 //! key, keeping per-key order) before comparing; no test sleeps to synchronise.
 
 mod checkpoint_stats;
+mod cluster;
 mod connect;
 mod dedup;
 mod errors;

@@ -4,12 +4,16 @@
 //! - `weir checkpoints inspect PATH` — verify one checkpoint and show its manifest.
 //! - `weir savepoint trigger|stop DIR` — ask the job checkpointing into `DIR` for a savepoint
 //!   (and to stop), and wait until it is written.
+//! - `weir cluster status|cancel|savepoint --coordinator HOST:PORT` — ask a cluster's
+//!   coordinator for its workers, slots, job state and last checkpoint; cancel its job; or
+//!   have it take a savepoint (and stop).
 //!
 //! This file owns the command line (clap) and error reporting; each command lives in its own
 //! module and writes its output to a `Write` it is given. The tool only reads checkpoints
 //! (through `weir-checkpoint`) and drops request files for the runtime; it never writes or
 //! deletes checkpoint data.
 
+mod cluster;
 mod inspect;
 mod list;
 mod savepoint;
@@ -27,7 +31,7 @@ use std::time::Duration;
 #[command(
     name = "weir",
     version,
-    about = "Operate weir jobs: list and inspect checkpoints, take savepoints",
+    about = "Operate weir jobs: list and inspect checkpoints, take savepoints, talk to a cluster",
     long_about = "Operate weir jobs: list and inspect checkpoints and savepoints, and ask a \
                   running job for a savepoint.\n\nA checkpoint directory is the directory a job \
                   checkpoints into: it holds chk-<id> directories (checkpoints), sp-<id>-<name> \
@@ -47,6 +51,53 @@ enum Command {
     /// Take a savepoint of a running job (optionally stopping it)
     #[command(subcommand)]
     Savepoint(SavepointCommand),
+    /// Ask a cluster's coordinator for its status, to cancel the job, or for a savepoint
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+/// `weir cluster …`
+#[derive(Debug, Subcommand)]
+enum ClusterCommand {
+    /// Show the job's state, its attempt, the workers with their slots and tasks, and the
+    /// last complete checkpoint
+    Status {
+        #[command(flatten)]
+        target: Coordinator,
+        /// Print the coordinator's answer as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel the job: every worker stops its tasks and the coordinator exits non-zero
+    Cancel {
+        #[command(flatten)]
+        target: Coordinator,
+    },
+    /// Have the coordinator take a savepoint (its path appears in the coordinator's log
+    /// and in `weir checkpoints list`)
+    Savepoint {
+        #[command(flatten)]
+        target: Coordinator,
+        /// Stop the job once the savepoint is written and committed
+        #[arg(long)]
+        stop: bool,
+    },
+}
+
+/// Which coordinator to ask.
+#[derive(Debug, Args)]
+struct Coordinator {
+    /// The coordinator's address (its --listen HOST:PORT)
+    #[arg(long, value_name = "HOST:PORT")]
+    coordinator: String,
+    /// How long to wait for an answer, in seconds
+    #[arg(
+        long = "timeout-s",
+        value_name = "SECONDS",
+        default_value_t = 10,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    timeout_s: u64,
 }
 
 /// `weir checkpoints …`
@@ -179,6 +230,23 @@ fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<()> {
             Duration::from_secs(args.timeout_s),
             out,
         ),
+        Command::Cluster(c) => {
+            let (target, request) = match c {
+                ClusterCommand::Status { target, json } => {
+                    (target, cluster::Request::Status { json })
+                }
+                ClusterCommand::Cancel { target } => (target, cluster::Request::Cancel),
+                ClusterCommand::Savepoint { target, stop } => {
+                    (target, cluster::Request::Savepoint { stop })
+                }
+            };
+            cluster::run(
+                &target.coordinator,
+                request,
+                Duration::from_secs(target.timeout_s),
+                out,
+            )
+        }
     }
 }
 

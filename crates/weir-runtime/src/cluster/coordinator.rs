@@ -393,6 +393,11 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
             let _ = wire::write_frame(&mut w, &wire::encode_json(&reply)).await;
             return;
         }
+        Err(e) if first.first() == Some(&b'J') => {
+            let reply = serde_json::json!({"ok": false, "message": e.to_string()});
+            let _ = wire::write_frame(&mut w, &wire::encode_json(&reply)).await;
+            return;
+        }
         Ok(Body::Wire(Wire::Hello { protocol })) if protocol == wire::PROTOCOL => {}
         Ok(Body::Wire(Wire::Hello { protocol })) => {
             let reason = format!(

@@ -201,3 +201,67 @@ pub(crate) fn run(
         }
     }
 }
+
+/// Sends an administration request (`{"request": "status"}`, `{"request": "cancel"}` or
+/// `{"request": "savepoint", "stop": BOOL}`) to the coordinator at `coordinator` and
+/// returns its JSON answer. This is what `weir cluster ...` runs.
+///
+/// # Errors
+/// The coordinator cannot be reached or does not answer within `timeout`.
+///
+/// ```no_run
+/// let status = weir_runtime::cluster::admin(
+///     "127.0.0.1:7700",
+///     &serde_json::json!({"request": "status"}),
+///     std::time::Duration::from_secs(5),
+/// )?;
+/// println!("job {} is {}", status["job"], status["state"]);
+/// # Ok::<(), weir_core::Error>(())
+/// ```
+pub fn admin(
+    coordinator: &str,
+    request: &serde_json::Value,
+    timeout: Duration,
+) -> weir_core::Result<serde_json::Value> {
+    use std::io::{Read, Write};
+    use std::net::ToSocketAddrs;
+    let unreachable = |e: &dyn std::fmt::Display| {
+        weir_core::Error::Config(format!(
+            "cannot reach the coordinator at {coordinator}: {e}; is the job running, and is this its --listen address?"
+        ))
+    };
+    let address = coordinator
+        .to_socket_addrs()
+        .map_err(|e| unreachable(&e))?
+        .next()
+        .ok_or_else(|| unreachable(&"the address resolves to nothing"))?;
+    let mut stream =
+        std::net::TcpStream::connect_timeout(&address, timeout).map_err(|e| unreachable(&e))?;
+    let io =
+        |e: std::io::Error| weir_core::Error::io(format!("the coordinator at {coordinator}"), e);
+    stream.set_read_timeout(Some(timeout)).map_err(io)?;
+    stream.set_write_timeout(Some(timeout)).map_err(io)?;
+    let body = wire::encode_json(request);
+    stream
+        .write_all(&(body.len() as u32).to_be_bytes())
+        .and_then(|()| stream.write_all(&body))
+        .map_err(io)?;
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).map_err(io)?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > 16 << 20 {
+        return Err(weir_core::Error::Config(format!(
+            "{coordinator} answered with a frame of {len} bytes: is it a weir coordinator?"
+        )));
+    }
+    let mut reply = vec![0u8; len];
+    stream.read_exact(&mut reply).map_err(io)?;
+    match reply.split_first() {
+        Some((b'J', json)) => serde_json::from_slice(json).map_err(|e| {
+            weir_core::Error::Config(format!("the coordinator's answer is not JSON: {e}"))
+        }),
+        _ => Err(weir_core::Error::Config(format!(
+            "{coordinator} answered something other than a weir coordinator would"
+        ))),
+    }
+}

@@ -101,8 +101,8 @@ async fn hello(coordinator: &str, wait: Duration) -> Result<Welcomed> {
             Ok(s) => break s,
             Err(e) if Instant::now() >= deadline => {
                 return Err(Error::Config(format!(
-                    "cannot reach the coordinator at {coordinator} within {} s: {e}; check that it runs and that the address is right",
-                    wait.as_secs()
+                    "cannot reach the coordinator at {coordinator} within {} ms: {e}; check that it runs and that the address is right",
+                    wait.as_millis()
                 )));
             }
             Err(_) => {

@@ -1,0 +1,169 @@
+//! Cluster mode inside one test process: a coordinator and workers, each with its own
+//! pipeline built the same way, talking over real TCP on loopback. Records, watermarks
+//! and end-of-input cross between workers; a worker with another graph, an unreachable
+//! coordinator and invalid settings get clear errors. (Killing real processes is in the
+//! chaos tests.)
+
+use std::time::Duration;
+use weir::cluster::{ClusterConfig, join};
+use weir::prelude::*;
+use weir_tests::{Stamped, event_time, join_within, kv};
+
+fn free_address() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    format!("127.0.0.1:{}", l.local_addr().expect("address").port())
+}
+
+fn at(k: &str, v: i64, ts: Timestamp) -> ((String, i64), Timestamp) {
+    (kv(k, v), ts)
+}
+
+/// Tumbling event-time sums at parallelism 2; the window operator's subtasks run on
+/// different workers, so watermarks must cross processes for any window to fire.
+fn windowed_sums(env: &Env) -> Stamped<(String, i64)> {
+    let input = vec![
+        at("a", 1, 1),
+        at("a", 2, 5),
+        at("b", 10, 3),
+        at("c", 7, 4),
+        at("a", 3, 12),
+        at("b", 20, 11),
+        at("c", 8, 15),
+        at("a", 5, 14),
+        at("b", 30, 25),
+        at("c", 9, 27),
+    ];
+    let sums = event_time(env, input, 2)
+        .key_by(|(k, _)| k.clone())
+        .window(WindowAssigner::tumbling(10))
+        .reduce(|a, b| (a.0, a.1 + b.1));
+    Stamped::attach(&sums)
+}
+
+#[test]
+fn two_workers_run_windows_across_processes_with_the_same_output() {
+    let address = free_address();
+    let coordinator = Env::new()
+        .parallelism(2)
+        .cluster(ClusterConfig::coordinator(
+            &address,
+            2,
+            vec!["windowed".into()],
+        ));
+    let _ = windowed_sums(&coordinator);
+    let coordinator = coordinator
+        .execute_async("windowed")
+        .expect("start the coordinator");
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let address = address.clone();
+            std::thread::spawn(move || {
+                let joined = join(&address, 1, Duration::from_secs(30)).expect("join");
+                assert_eq!(joined.args(), ["windowed".to_string()]);
+                let env = Env::new()
+                    .parallelism(2)
+                    .cluster(ClusterConfig::worker(joined));
+                let out = windowed_sums(&env);
+                let result = env.execute("windowed").expect("the worker's share");
+                (out.values(), result)
+            })
+        })
+        .collect();
+    join_within(coordinator, Duration::from_secs(60)).expect("the cluster job");
+    let mut got = Vec::new();
+    let mut sink_tasks = 0;
+    for w in workers {
+        let (values, result) = w.join().expect("worker thread");
+        got.extend(values);
+        sink_tasks += result.tasks.iter().filter(|t| !t.is_source).count();
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            (kv("a", 3), 9),
+            (kv("a", 8), 19),
+            (kv("b", 10), 9),
+            (kv("b", 20), 19),
+            (kv("b", 30), 29),
+            (kv("c", 7), 9),
+            (kv("c", 8), 19),
+            (kv("c", 9), 29),
+        ]
+    );
+    // Two window subtasks, one per worker.
+    assert_eq!(sink_tasks, 2);
+}
+
+#[test]
+fn a_worker_that_builds_another_graph_is_refused() {
+    let address = free_address();
+    let coordinator = Env::new()
+        .parallelism(1)
+        .cluster(ClusterConfig::coordinator(&address, 1, vec![]));
+    let _ = windowed_sums(&coordinator);
+    let handle = coordinator
+        .execute_async("job")
+        .expect("start the coordinator");
+    let joined = join(&address, 1, Duration::from_secs(30)).expect("join");
+    let env = Env::new()
+        .parallelism(1)
+        .cluster(ClusterConfig::worker(joined));
+    env.from_collection(vec![1, 2, 3]).map(|x| x * 2).collect();
+    let e = env
+        .execute("job")
+        .expect_err("a different graph must be refused");
+    assert!(
+        e.to_string()
+            .contains("built a different job graph than the coordinator"),
+        "{e}"
+    );
+    handle.cancel();
+    let e = join_within(handle, Duration::from_secs(30)).expect_err("cancelled");
+    assert!(matches!(e, weir::Error::Cancelled), "{e}");
+}
+
+#[test]
+fn an_unreachable_coordinator_is_reported_with_its_address() {
+    let address = free_address();
+    let e = join(&address, 1, Duration::from_millis(200)).expect_err("nobody listens");
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!(
+            "cannot reach the coordinator at {address} within 200 ms"
+        )),
+        "{msg}"
+    );
+}
+
+#[test]
+fn invalid_cluster_settings_are_refused() {
+    let mut c = ClusterConfig::coordinator("127.0.0.1:0", 1, vec![]);
+    c.heartbeat_timeout = c.heartbeat_interval;
+    let env = Env::new().cluster(c);
+    env.from_collection(vec![1]).collect();
+    let e = env
+        .execute("bad")
+        .expect_err("timeout below twice the interval");
+    assert!(
+        e.to_string()
+            .contains("must be at least twice the heartbeat interval"),
+        "{e}"
+    );
+
+    let env = Env::new().cluster(ClusterConfig::coordinator("127.0.0.1:0", 0, vec![]));
+    env.from_collection(vec![1]).collect();
+    let e = env.execute("bad").expect_err("no workers");
+    assert!(e.to_string().contains("at least 1 worker"), "{e}");
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let env = Env::new().cluster(ClusterConfig::coordinator(&address, 1, vec![]));
+    env.from_collection(vec![1]).collect();
+    let e = env.execute("bad").expect_err("the port is taken");
+    assert!(
+        e.to_string()
+            .contains(&format!("the coordinator cannot listen on {address}")),
+        "{e}"
+    );
+}
