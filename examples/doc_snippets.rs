@@ -1,7 +1,8 @@
 //! The code snippets of weir's documentation, compiled and run as doc tests.
 //!
 //! Nothing to use here: this crate exists so that `cargo test --workspace` fails when a
-//! snippet in `README.md`, `docs/getting-started.md` or `docs/checkpoints.md` stops
+//! snippet in `README.md`, `docs/getting-started.md`, `docs/checkpoints.md` or
+//! `docs/cluster.md` stops
 //! compiling or gives a different result.
 
 #[doc = include_str!("../README.md")]
@@ -12,3 +13,6 @@ pub mod getting_started {}
 
 #[doc = include_str!("../docs/checkpoints.md")]
 pub mod checkpoints {}
+
+#[doc = include_str!("../docs/cluster.md")]
+pub mod cluster {}

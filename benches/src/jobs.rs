@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use weir::cluster::ClusterConfig;
 use weir::prelude::*;
 use weir_bench::Counting;
 
@@ -20,6 +21,8 @@ pub struct Setup {
     pub state: weir::BackendKind,
     /// Checkpoint directory and interval in milliseconds.
     pub checkpoint: Option<(std::path::PathBuf, u64)>,
+    /// Run as a cluster's coordinator or worker instead of alone.
+    pub cluster: Option<ClusterConfig>,
 }
 
 /// Running sum per key; emits (key, sum) on every 1000th record this subtask processes.
@@ -60,11 +63,31 @@ fn env(setup: &Setup) -> Env {
     if let Some((dir, ms)) = &setup.checkpoint {
         env = env.checkpoints(CheckpointConfig::new(dir).interval(Duration::from_millis(*ms)));
     }
+    if let Some(c) = &setup.cluster {
+        env = env.cluster(c.clone());
+    }
     env
 }
 
 /// generator → key_by → running sum → counting sink.
 pub fn keyed_sum(events: u64, keys: u64, setup: &Setup) -> weir::Result<Run> {
+    let (job, emitted) = start_keyed_sum(events, keys, setup)?;
+    let r = job.join()?;
+    Ok(Run {
+        elapsed_s: r.elapsed.as_secs_f64(),
+        results: emitted.load(Ordering::SeqCst),
+        checkpoints: r.checkpoints_completed,
+    })
+}
+
+/// Starts keyed-sum in the background. The counter holds what this process's sinks
+/// emitted once they finished: all of it when the job runs alone, nothing on a cluster's
+/// coordinator, a worker's share on a worker.
+pub fn start_keyed_sum(
+    events: u64,
+    keys: u64,
+    setup: &Setup,
+) -> weir::Result<(JobHandle, Arc<AtomicU64>)> {
     let env = env(setup);
     let emitted = Arc::new(AtomicU64::new(0));
     let counter = emitted.clone();
@@ -75,12 +98,7 @@ pub fn keyed_sum(events: u64, keys: u64, setup: &Setup) -> weir::Result<Run> {
         .sink("count", move || {
             Counting::new(counter.clone(), |_: &(u64, i64)| 1)
         });
-    let r = env.execute("keyed-sum")?;
-    Ok(Run {
-        elapsed_s: r.elapsed.as_secs_f64(),
-        results: emitted.load(Ordering::SeqCst),
-        checkpoints: r.checkpoints_completed,
-    })
+    Ok((env.execute_async("keyed-sum")?, emitted))
 }
 
 /// generator with watermarks → key_by → tumbling windows of 1000 → count → summing sink.
