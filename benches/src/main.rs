@@ -9,6 +9,15 @@
 //! `window-count` the total of all window counts (equal to `events`).
 //!
 //! ```text
+//! cargo run --release -p weir-bench -- keyed-sum --events 200000000 --parallelism 2 --workers 2
+//! ```
+//! runs keyed-sum as a cluster: this process is the coordinator and starts `--workers`
+//! worker processes of its own executable on this machine (`--slots` each, by default the
+//! parallelism divided by the workers, rounded up), which exchange records over loopback
+//! TCP. The JSON line adds `workers`, `slots_per_worker`, `startup_s` (the workers' start-up,
+//! left out of `elapsed_s`) and `restarts`; `results` sums the workers' sinks.
+//!
+//! ```text
 //! cargo run --release -p weir-bench -- nexmark --query q5 --events 10000000 \
 //!     [--parallelism P] [--state memory|rocksdb] [--checkpoint-interval-ms MS]
 //! ```
@@ -16,6 +25,7 @@
 //! prints events, elapsed, events_per_sec, the CPU seconds the process used (generator
 //! included), events per core-second, and `results` (records the query emitted).
 
+mod cluster;
 mod jobs;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -34,7 +44,7 @@ struct Cli {
 #[derive(Subcommand, Debug, Clone)]
 enum Job {
     /// generator → key_by → running sum in keyed value state → every 1000th record emitted.
-    KeyedSum(Args),
+    KeyedSum(KeyedSumArgs),
     /// generator with watermarks → key_by → tumbling event-time windows of 1000 → count.
     WindowCount(Args),
     /// Recovery time: builds `--keys` keys of `--value-bytes` each in RocksDB, checkpoints,
@@ -42,6 +52,38 @@ enum Job {
     Recovery(RecoveryArgs),
     /// One Nexmark query over a bounded generated stream (q0-q9, q11, q14, q17-q22).
     Nexmark(NexmarkArgs),
+    /// A worker of `keyed-sum --workers N`, started by the coordinating weir-bench.
+    #[command(hide = true)]
+    ClusterWorker(WorkerArgs),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct KeyedSumArgs {
+    #[command(flatten)]
+    job: Args,
+    /// Run as a cluster of this many worker processes, started from this executable, with
+    /// this process as the coordinator (0 = everything in this process).
+    #[arg(long, default_value_t = 0)]
+    workers: usize,
+    /// Slots per worker (default: the parallelism divided by the workers, rounded up).
+    #[arg(long)]
+    slots: Option<usize>,
+    /// Address the coordinator listens on (default: a free port on 127.0.0.1).
+    #[arg(long)]
+    listen: Option<String>,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct WorkerArgs {
+    /// The coordinator's address.
+    #[arg(long)]
+    coordinator: String,
+    /// Slots this worker offers.
+    #[arg(long)]
+    slots: usize,
+    /// How long to try to reach the coordinator.
+    #[arg(long, default_value_t = 30_000)]
+    join_timeout_ms: u64,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -125,6 +167,56 @@ struct Args {
     /// Records per channel batch.
     #[arg(long, default_value_t = 1024)]
     batch_size: usize,
+}
+
+impl State {
+    fn flag(self) -> &'static str {
+        match self {
+            State::Memory => "memory",
+            State::Rocksdb => "rocksdb",
+        }
+    }
+}
+
+impl Args {
+    /// The flags that give these arguments, for a cluster's workers to build the same job.
+    fn flags(&self) -> Vec<String> {
+        let mut v: Vec<String> = [
+            ("--events", self.events.to_string()),
+            ("--keys", self.keys.to_string()),
+            ("--parallelism", self.parallelism.to_string()),
+            ("--state", self.state.flag().to_string()),
+            (
+                "--checkpoint-interval-ms",
+                self.checkpoint_interval_ms.to_string(),
+            ),
+            ("--batch-size", self.batch_size.to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(f, v)| [f.to_string(), v])
+        .collect();
+        if let Some(d) = &self.checkpoint_dir {
+            v.push("--checkpoint-dir".into());
+            v.push(d.display().to_string());
+        }
+        v
+    }
+
+    fn setup(&self) -> jobs::Setup {
+        jobs::Setup {
+            parallelism: self.parallelism,
+            batch_size: self.batch_size,
+            state: backend(self.state),
+            checkpoint: (self.checkpoint_interval_ms > 0)
+                .then(|| {
+                    self.checkpoint_dir
+                        .clone()
+                        .map(|d| (d, self.checkpoint_interval_ms))
+                })
+                .flatten(),
+            cluster: None,
+        }
+    }
 }
 
 fn backend(state: State) -> weir::BackendKind {
@@ -226,12 +318,37 @@ fn nexmark(a: &NexmarkArgs) -> ExitCode {
     }
 }
 
+/// A worker of `keyed-sum --workers N`: the job comes from the coordinator's flags.
+fn cluster_worker(w: &WorkerArgs) -> ExitCode {
+    let setup_from = |flags: &[String]| {
+        let cli =
+            Cli::try_parse_from(std::iter::once("weir-bench".to_string()).chain(flags.to_vec()))?;
+        match cli.job {
+            Job::KeyedSum(a) if a.workers == 0 => Ok((a.job.events, a.job.keys, a.job.setup())),
+            other => anyhow::bail!("a worker runs keyed-sum without --workers, not {other:?}"),
+        }
+    };
+    match cluster::worker(
+        &w.coordinator,
+        w.slots,
+        std::time::Duration::from_millis(w.join_timeout_ms),
+        setup_from,
+    ) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("weir-bench: cluster worker failed: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let (name, args) = match &cli.job {
-        Job::KeyedSum(a) => ("keyed-sum", a),
+        Job::KeyedSum(a) => ("keyed-sum", &a.job),
         Job::WindowCount(a) => ("window-count", a),
         Job::Nexmark(n) => return nexmark(n),
+        Job::ClusterWorker(w) => return cluster_worker(w),
         Job::Recovery(r) => {
             return match jobs::recovery(r.keys, r.value_bytes, r.parallelism, &r.checkpoint_dir) {
                 Ok(line) => {
@@ -251,18 +368,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let setup = jobs::Setup {
-        parallelism: args.parallelism,
-        batch_size: args.batch_size,
-        state: backend(args.state),
-        checkpoint: (args.checkpoint_interval_ms > 0)
-            .then(|| {
-                args.checkpoint_dir
-                    .clone()
-                    .map(|d| (d, args.checkpoint_interval_ms))
-            })
-            .flatten(),
-    };
+    let setup = args.setup();
     if let Some((dir, _)) = &setup.checkpoint
         && non_empty(dir)
     {
@@ -272,30 +378,71 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    let state = setup.state.name();
+    let mut extra = None;
     let run = match cli.job {
-        Job::KeyedSum(ref a) => jobs::keyed_sum(a.events, a.keys, &setup),
-        Job::WindowCount(ref a) => jobs::window_count(a.events, a.keys, &setup),
-        Job::Recovery(_) | Job::Nexmark(_) => unreachable!("handled above"),
+        Job::KeyedSum(ref a) if a.workers > 0 => {
+            let slots = a.slots.unwrap_or(a.job.parallelism.div_ceil(a.workers));
+            if slots == 0 || slots * a.workers < a.job.parallelism {
+                eprintln!(
+                    "weir-bench: {} worker(s) with {slots} slot(s) each cannot run parallelism {}",
+                    a.workers, a.job.parallelism
+                );
+                return ExitCode::from(2);
+            }
+            let mut flags = vec!["keyed-sum".to_string()];
+            flags.extend(a.job.flags());
+            cluster::keyed_sum(
+                a.job.events,
+                a.job.keys,
+                setup,
+                a.workers,
+                slots,
+                a.listen.as_deref(),
+                flags,
+            )
+            .map(|c| {
+                extra = Some(serde_json::json!({
+                    "workers": c.workers,
+                    "slots_per_worker": c.slots_per_worker,
+                    "startup_s": (c.startup_s * 1000.0).round() / 1000.0,
+                    "restarts": c.restarts,
+                }));
+                c.run
+            })
+        }
+        Job::KeyedSum(ref a) => {
+            jobs::keyed_sum(a.job.events, a.job.keys, &setup).map_err(Into::into)
+        }
+        Job::WindowCount(ref a) => jobs::window_count(a.events, a.keys, &setup).map_err(Into::into),
+        Job::Recovery(_) | Job::Nexmark(_) | Job::ClusterWorker(_) => {
+            unreachable!("handled above")
+        }
     };
     match run {
         Ok(r) => {
-            let line = serde_json::json!({
+            let mut line = serde_json::json!({
                 "job": name,
                 "events": args.events,
                 "keys": args.keys,
                 "parallelism": args.parallelism,
-                "state": setup.state.name(),
+                "state": state,
                 "checkpoint_interval_ms": args.checkpoint_interval_ms,
                 "elapsed_s": (r.elapsed_s * 1000.0).round() / 1000.0,
                 "events_per_sec": (args.events as f64 / r.elapsed_s).round() as u64,
                 "checkpoints_completed": r.checkpoints,
                 "results": r.results,
             });
+            if let (Some(line), Some(serde_json::Value::Object(extra))) =
+                (line.as_object_mut(), extra)
+            {
+                line.extend(extra);
+            }
             println!("{line}");
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("weir-bench: {name} failed: {e}");
+            eprintln!("weir-bench: {name} failed: {e:#}");
             ExitCode::FAILURE
         }
     }

@@ -468,11 +468,7 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
     eprintln!("[weir] worker {id} joined from {peer} with {slots} slot(s)");
     let _ = shared.changed.send(());
     let writer = tokio::spawn(async move {
-        while let Some(b) = rx.recv().await {
-            if wire::write_frame(&mut w, &b).await.is_err() {
-                break;
-            }
-        }
+        let _ = wire::pump(w, &mut rx).await;
     });
     let reason = loop {
         match tokio::time::timeout(shared.timeout, wire::read_frame(&mut r)).await {

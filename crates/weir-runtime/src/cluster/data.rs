@@ -286,11 +286,7 @@ async fn connect(
         .collect();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
     tokio::spawn(async move {
-        while let Some(frame) = rx.recv().await {
-            if wire::write_frame(&mut w, &frame).await.is_err() {
-                break;
-            }
-        }
+        let _ = wire::pump(w, &mut rx).await;
     });
     let credit_table = table.clone();
     tokio::spawn(async move {
@@ -326,7 +322,7 @@ async fn accept(
 /// One incoming data connection, for one attempt.
 async fn serve(stream: TcpStream, inbound: Arc<Mutex<Inbound>>, mut current: watch::Receiver<u64>) {
     let _ = stream.set_nodelay(true);
-    let (mut r, mut w) = stream.into_split();
+    let (mut r, w) = stream.into_split();
     let Ok(Ok(Some(hello))) =
         tokio::time::timeout(Duration::from_secs(10), wire::read_frame(&mut r)).await
     else {
@@ -348,11 +344,7 @@ async fn serve(stream: TcpStream, inbound: Arc<Mutex<Inbound>>, mut current: wat
     }
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
     let writer = tokio::spawn(async move {
-        while let Some(frame) = rx.recv().await {
-            if wire::write_frame(&mut w, &frame).await.is_err() {
-                break;
-            }
-        }
+        let _ = wire::pump(w, &mut rx).await;
     });
     loop {
         tokio::select! {

@@ -211,6 +211,23 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> io::Result<Op
     Ok(Some(body))
 }
 
+/// Writes every frame that `frames` yields to `w` until it closes, batching the frames
+/// that are already queued into one write (one system call for many small frames).
+pub(crate) async fn pump<W: AsyncWrite + Unpin>(
+    w: W,
+    frames: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
+) -> io::Result<()> {
+    let mut w = tokio::io::BufWriter::with_capacity(256 << 10, w);
+    while let Some(frame) = frames.recv().await {
+        write_frame(&mut w, &frame).await?;
+        while let Ok(frame) = frames.try_recv() {
+            write_frame(&mut w, &frame).await?;
+        }
+        w.flush().await?;
+    }
+    w.shutdown().await
+}
+
 /// Writes one frame.
 pub(crate) async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, body: &[u8]) -> io::Result<()> {
     w.write_all(&(body.len() as u32).to_be_bytes()).await?;

@@ -270,11 +270,7 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
         let (out, mut out_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
         let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded::<Option<Wire>>();
         let writer = rt.spawn(async move {
-            while let Some(frame) = out_rx.recv().await {
-                if wire::write_frame(&mut w, &frame).await.is_err() {
-                    break;
-                }
-            }
+            let _ = wire::pump(w, &mut out_rx).await;
         });
         let reader = {
             let lease = lease.clone();
