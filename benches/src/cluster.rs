@@ -182,7 +182,11 @@ pub fn keyed_sum(
                     job.cancel();
                 }
             }
-            Err(_) => {
+            Err(e) => {
+                if e == std::sync::mpsc::RecvTimeoutError::Disconnected {
+                    // Every worker closed its output; the coordinator is winding down.
+                    std::thread::sleep(Duration::from_millis(20));
+                }
                 if let Some(f) = procs.failed() {
                     failure.get_or_insert(anyhow!("{f}; cancelling the job"));
                     job.cancel();
