@@ -7,7 +7,8 @@
 //! coordinator's process on its standard output, one line each:
 //!
 //! - `ready` once it has joined and is about to build and register the job graph;
-//! - `results N` at the end: the records its sinks emitted.
+//! - `results N` at the end: the records its sinks emitted;
+//! - `cpu S` last: the CPU seconds its process used (when the platform tells).
 //!
 //! The coordinator's elapsed time leaves out the workers' start-up: it is the job's
 //! elapsed time (from the start of `execute` to the end of the last task) less the time
@@ -29,6 +30,9 @@ pub struct ClusterRun {
     /// From the start of the job to the last worker's `ready` (left out of `run`).
     pub startup_s: f64,
     pub restarts: u32,
+    /// CPU seconds the workers' processes used, start-up included (`None` when a worker
+    /// could not tell).
+    pub workers_cpu_s: Option<f64>,
 }
 
 /// The worker processes of one run. Dropping it kills and reaps those still running.
@@ -158,6 +162,7 @@ pub fn keyed_sum(
     };
     let mut ready = vec![None::<Instant>; workers];
     let mut results = vec![None::<u64>; workers];
+    let mut cpu = vec![None::<f64>; workers];
     let mut on_line = |(i, at, line): Line| -> anyhow::Result<()> {
         if line == "ready" {
             ready[i] = Some(at);
@@ -166,8 +171,10 @@ pub fn keyed_sum(
                 n.parse()
                     .with_context(|| format!("worker {i} printed {line:?}"))?,
             );
+        } else if let Some(s) = line.strip_prefix("cpu ") {
+            cpu[i] = s.parse().ok();
         } else {
-            bail!("worker {i} printed {line:?}, expected `ready` or `results N`");
+            bail!("worker {i} printed {line:?}, expected `ready`, `results N` or `cpu S`");
         }
         Ok(())
     };
@@ -228,6 +235,7 @@ pub fn keyed_sum(
         slots_per_worker: slots,
         startup_s: startup.as_secs_f64(),
         restarts: r.restarts,
+        workers_cpu_s: cpu.into_iter().sum(),
     })
 }
 
@@ -247,5 +255,8 @@ pub fn worker(
     let (job, emitted) = jobs::start_keyed_sum(events, keys, &setup)?;
     job.join()?;
     println!("results {}", emitted.load(Ordering::SeqCst));
+    if let Some(s) = weir_bench::nexmark::run::process_cpu_seconds() {
+        println!("cpu {s}");
+    }
     Ok(())
 }

@@ -6,7 +6,8 @@
 //! ```
 //! prints one JSON line per run. `results` proves the work was done: for `keyed-sum` the
 //! number of emitted (key, sum) records (one per 1000 records a subtask processes), for
-//! `window-count` the total of all window counts (equal to `events`).
+//! `window-count` the total of all window counts (equal to `events`). `cpu_s` is the CPU
+//! seconds (user + system, all threads) the process used during the run (Linux only).
 //!
 //! ```text
 //! cargo run --release -p weir-bench -- keyed-sum --events 200000000 --parallelism 2 --workers 2
@@ -15,7 +16,8 @@
 //! worker processes of its own executable on this machine (`--slots` each, by default the
 //! parallelism divided by the workers, rounded up), which exchange records over loopback
 //! TCP. The JSON line adds `workers`, `slots_per_worker`, `startup_s` (the workers' start-up,
-//! left out of `elapsed_s`) and `restarts`; `results` sums the workers' sinks.
+//! left out of `elapsed_s`) and `restarts`; `results` sums the workers' sinks, and `cpu_s`
+//! (CPU seconds, as for a single process) adds up the coordinator's and the workers'.
 //!
 //! ```text
 //! cargo run --release -p weir-bench -- nexmark --query q5 --events 10000000 \
@@ -380,6 +382,8 @@ fn main() -> ExitCode {
     }
     let state = setup.state.name();
     let mut extra = None;
+    let mut workers_cpu_s = Some(0.0);
+    let cpu_before = weir_bench::nexmark::run::process_cpu_seconds();
     let run = match cli.job {
         Job::KeyedSum(ref a) if a.workers > 0 => {
             let slots = a.slots.unwrap_or(a.job.parallelism.div_ceil(a.workers));
@@ -402,6 +406,7 @@ fn main() -> ExitCode {
                 flags,
             )
             .map(|c| {
+                workers_cpu_s = c.workers_cpu_s;
                 extra = Some(serde_json::json!({
                     "workers": c.workers,
                     "slots_per_worker": c.slots_per_worker,
@@ -419,6 +424,10 @@ fn main() -> ExitCode {
             unreachable!("handled above")
         }
     };
+    let cpu_s = match (cpu_before, weir_bench::nexmark::run::process_cpu_seconds()) {
+        (Some(a), Some(b)) => workers_cpu_s.map(|w| b - a + w),
+        _ => None,
+    };
     match run {
         Ok(r) => {
             let mut line = serde_json::json!({
@@ -432,6 +441,7 @@ fn main() -> ExitCode {
                 "events_per_sec": (args.events as f64 / r.elapsed_s).round() as u64,
                 "checkpoints_completed": r.checkpoints,
                 "results": r.results,
+                "cpu_s": cpu_s.map(|c| (c * 100.0).round() / 100.0),
             });
             if let (Some(line), Some(serde_json::Value::Object(extra))) =
                 (line.as_object_mut(), extra)

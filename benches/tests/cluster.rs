@@ -50,6 +50,10 @@ fn same_results(job: &[&str], workers: usize) -> (Value, Value) {
         assert_eq!(many[field], one[field], "{field}");
     }
     assert!(many["events_per_sec"].as_u64().unwrap() > 0, "{many}");
+    if cfg!(target_os = "linux") {
+        // The workers' CPU is counted too: more than the idle coordinator's.
+        assert!(many["cpu_s"].as_f64().unwrap() > 0.0, "{many}");
+    }
     (one, many)
 }
 
