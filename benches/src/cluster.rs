@@ -240,7 +240,7 @@ pub fn keyed_sum(
 }
 
 /// A worker process: joins, builds keyed-sum from the coordinator's job flags, runs its
-/// share, and prints `ready` and `results N` (see the module's documentation).
+/// share, and prints `ready`, `results N` and `cpu S` (see the module's documentation).
 pub fn worker(
     coordinator: &str,
     slots: usize,
