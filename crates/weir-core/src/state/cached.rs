@@ -2,7 +2,10 @@
 //!
 //! Reads go to a typed cache first and fall back to the store; writes stay in the cache
 //! and are written to the store in one batch when the operator snapshots (at the
-//! checkpoint barrier) or when the cache outgrows its capacity. Keys in the store are
+//! checkpoint barrier) or when the cache outgrows its capacity. A full cache writes its
+//! changes back, then evicts with a second chance: entries read or written since the last
+//! eviction stay (up to half the capacity), the others go, so a hot set of keys survives a
+//! stream of keys seen once. Keys in the store are
 //! `[key group: u16 big-endian][table name][0][encoded key]`, so a key group's entries
 //! are contiguous and can be split off on rescale.
 
@@ -19,6 +22,8 @@ use std::rc::Rc;
 struct Slot<V> {
     value: Option<V>,
     dirty: bool,
+    /// Read or written since the last eviction.
+    used: bool,
 }
 
 /// One state table: a typed write-back cache over the store.
@@ -88,7 +93,8 @@ impl<K: Key, V: Data> CachedTable<K, V> {
     }
 
     fn get(&mut self, k: &K) -> Result<Option<V>> {
-        if let Some(slot) = self.map.get(k) {
+        if let Some(slot) = self.map.get_mut(k) {
+            slot.used = true;
             return Ok(slot.value.clone());
         }
         let value = match self
@@ -104,6 +110,7 @@ impl<K: Key, V: Data> CachedTable<K, V> {
             Slot {
                 value: value.clone(),
                 dirty: false,
+                used: false,
             },
         );
         Ok(value)
@@ -114,20 +121,37 @@ impl<K: Key, V: Data> CachedTable<K, V> {
             Some(slot) => {
                 slot.value = value;
                 slot.dirty = true;
+                slot.used = true;
             }
             None => {
                 self.make_room()?;
-                self.map.insert(k.clone(), Slot { value, dirty: true });
+                self.map.insert(
+                    k.clone(),
+                    Slot {
+                        value,
+                        dirty: true,
+                        used: false,
+                    },
+                );
             }
         }
         Ok(())
     }
 
-    /// Keeps the cache within its capacity: write everything back, then start empty.
+    /// Keeps the cache within its capacity: write the changes back, then evict every entry
+    /// not used since the last eviction, and more if those used fill over half the cache.
     fn make_room(&mut self) -> Result<()> {
         if self.map.len() >= self.capacity {
             self.flush()?;
-            self.map.clear();
+            let mut keep = self.capacity / 2;
+            self.map.retain(|_, slot| {
+                let stays = slot.used && keep > 0;
+                if stays {
+                    keep -= 1;
+                    slot.used = false;
+                }
+                stays
+            });
         }
         Ok(())
     }
@@ -273,6 +297,100 @@ impl<K: Key, UK: Key, UV: Data> MapAccess<UK, UV> for CachedMap<K, UK, UV> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::cell::Cell;
+    use std::collections::HashMap;
+
+    /// An in-memory ordered store that counts its reads.
+    #[derive(Default)]
+    struct Store {
+        data: RefCell<BTreeMap<Vec<u8>, Vec<u8>>>,
+        gets: Cell<usize>,
+        capacity: usize,
+    }
+
+    impl KvStore for Store {
+        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+            self.gets.set(self.gets.get() + 1);
+            Ok(self.data.borrow().get(key).cloned())
+        }
+        fn write(&self, batch: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<()> {
+            let mut d = self.data.borrow_mut();
+            for (k, v) in batch {
+                match v {
+                    Some(v) => d.insert(k, v),
+                    None => d.remove(&k),
+                };
+            }
+            Ok(())
+        }
+        fn max_parallelism(&self) -> usize {
+            128
+        }
+        fn cache_capacity(&self) -> usize {
+            self.capacity
+        }
+    }
+
+    fn table(capacity: usize) -> (Rc<Store>, CachedTable<u32, u64>) {
+        let store = Rc::new(Store {
+            capacity,
+            ..Store::default()
+        });
+        let t = CachedTable::new("t", store.clone() as Rc<dyn KvStore>);
+        (store, t)
+    }
+
+    /// A key read again and again stays cached while keys seen once stream through a
+    /// cache much smaller than them.
+    #[test]
+    fn a_hot_key_survives_evictions() {
+        let (store, mut t) = table(64);
+        t.put(&0, Some(1)).unwrap();
+        for cold in 1..10_000u32 {
+            t.put(&cold, Some(cold as u64)).unwrap();
+            let hot = t.get(&0).unwrap().unwrap();
+            t.put(&0, Some(hot + 1)).unwrap();
+        }
+        assert_eq!(t.get(&0).unwrap(), Some(10_000));
+        assert_eq!(
+            store.gets.get(),
+            0,
+            "the hot key was never read back from the store"
+        );
+        assert!(t.map.len() <= 64);
+        // Evicted keys come back from the store with their values.
+        assert_eq!(t.get(&5_000).unwrap(), Some(5_000));
+        assert_eq!(store.gets.get(), 1);
+    }
+
+    proptest! {
+        /// Whatever the capacity and the access pattern, the cached table reads what was
+        /// last written, through flushes and evictions.
+        #[test]
+        fn reads_see_the_last_write(
+            capacity in 1usize..6,
+            ops in prop::collection::vec((0u32..12, prop::option::of(0u64..100), any::<bool>()), 0..300),
+        ) {
+            let (_store, mut t) = table(capacity);
+            let mut model: HashMap<u32, u64> = HashMap::new();
+            for (k, v, checkpoint) in ops {
+                match v {
+                    Some(v) => {
+                        t.put(&k, Some(v)).unwrap();
+                        model.insert(k, v);
+                    }
+                    None => prop_assert_eq!(t.get(&k).unwrap(), model.get(&k).copied()),
+                }
+                if checkpoint {
+                    t.flush().unwrap();
+                }
+                prop_assert!(t.map.len() <= capacity);
+            }
+            for k in 0..12 {
+                prop_assert_eq!(t.get(&k).unwrap(), model.get(&k).copied());
+            }
+        }
+    }
 
     proptest! {
         /// The cheap sort gives exactly byte order, whatever the keys share.
