@@ -76,11 +76,12 @@ pub(crate) fn write_checkpoint(
                 let entry = match shared.get(&f.name) {
                     Some(e) if f.shared && kind != CheckpointKind::Savepoint => e.clone(),
                     _ => {
-                        let data =
-                            std::fs::read(&f.path).map_err(|e| Error::io(f.path.display(), e))?;
+                        // Shared files are immutable: linked into storage where it can.
                         let e = if f.shared {
-                            writer.write_shared(&f.name, &data)
+                            writer.link_shared(&f.name, &f.path)
                         } else {
+                            let data = std::fs::read(&f.path)
+                                .map_err(|e| Error::io(f.path.display(), e))?;
                             writer.write_file(&f.name, &data)
                         }
                         .map_err(storage_err)?;

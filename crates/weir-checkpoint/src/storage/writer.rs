@@ -201,6 +201,74 @@ impl CheckpointWriter {
         written.map(|()| new)
     }
 
+    /// Like [`CheckpointWriter::write_shared`], for a file that is already on disk and never
+    /// changes (an SST file of RocksDB): it is hard-linked into storage when storage is on
+    /// the same file system, and copied otherwise. Linking costs no copy, so a checkpoint's
+    /// upload reads each new file once (for its checksum) instead of reading and writing it.
+    pub fn link_shared(&self, name: &str, source: &Path) -> Result<FileEntry> {
+        layout::validate_file_name(name)?;
+        self.reserve(name, true)?;
+        let savepoint = self.inner.kind.is_savepoint();
+        let dir = if savepoint {
+            &self.inner.dir
+        } else {
+            self.inner.registry.protect_shared(self.inner.token, name);
+            &self.inner.shared_dir
+        };
+        let path = dir.join(name);
+        let (size, crc32) = layout::file_crc(source).map_err(|e| Error::io("read", source, e))?;
+        let new = FileEntry {
+            name: name.to_string(),
+            size,
+            crc32,
+            shared: !savepoint,
+        };
+        match layout::file_crc(&path) {
+            Ok((s, c)) if s == size && c == crc32 => return Ok(new),
+            Ok((existing_size, existing_crc)) => {
+                return Err(Error::SharedConflict {
+                    path,
+                    existing_size,
+                    existing_crc,
+                    new_size: size,
+                    new_crc: crc32,
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("read", path, e)),
+        }
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+        let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(layout::tmp_name(self.inner.token, seq, name));
+        // The source's contents must be durable before a checkpoint refers to them.
+        let linked = std::fs::File::open(source)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io("fsync", source, e))
+            .and_then(|()| match std::fs::hard_link(source, &tmp) {
+                Ok(()) => Ok(()),
+                // Another file system (or no links there): copy.
+                Err(_) => std::fs::read(source)
+                    .map_err(|e| Error::io("read", source, e))
+                    .and_then(|bytes| {
+                        if bytes.len() as u64 != size || crc32fast::hash(&bytes) != crc32 {
+                            return Err(Error::io(
+                                "read",
+                                source,
+                                std::io::Error::other("the file changed while it was stored"),
+                            ));
+                        }
+                        layout::write_synced(&tmp, &bytes)
+                    }),
+            })
+            .and_then(|()| {
+                std::fs::rename(&tmp, &path).map_err(|e| Error::io("rename into place", &tmp, e))
+            });
+        if linked.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        linked.map(|()| new)
+    }
+
     /// Completes the checkpoint: checks that `manifest` belongs to it and that every file it
     /// references exists with the recorded size, writes the manifest as pretty JSON to
     /// `_metadata.tmp`, fsyncs it, renames it to `_metadata` and fsyncs the directory. Only
@@ -451,6 +519,53 @@ mod tests {
             "{e}"
         );
         assert!(e.to_string().contains("shared/sst-1"), "{e}");
+    }
+
+    #[test]
+    fn linked_shared_files_match_what_writing_them_would_record() {
+        let (tmp, s) = storage();
+        let source = tmp.path().join("000042.sst");
+        fs::write(&source, b"immutable sst").unwrap();
+        let w = s
+            .begin(CheckpointId(1), CheckpointKind::Checkpoint)
+            .unwrap();
+        let e = w.link_shared("op1-0-000042.sst", &source).unwrap();
+        assert_eq!(
+            e,
+            FileEntry {
+                name: "op1-0-000042.sst".into(),
+                size: 13,
+                crc32: crc32fast::hash(b"immutable sst"),
+                shared: true
+            }
+        );
+        let stored = s.dir().join("shared/op1-0-000042.sst");
+        assert_eq!(fs::read(&stored).unwrap(), b"immutable sst");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            assert_eq!(
+                fs::metadata(&stored).unwrap().ino(),
+                fs::metadata(&source).unwrap().ino(),
+                "on one file system the file is linked, not copied"
+            );
+        }
+        // The source going away (RocksDB deleting a compacted file) keeps the stored one.
+        fs::remove_file(&source).unwrap();
+        assert_eq!(fs::read(&stored).unwrap(), b"immutable sst");
+        // Another file under the same name is a conflict, as for write_shared.
+        let other = tmp.path().join("other.sst");
+        fs::write(&other, b"different sst").unwrap();
+        let w2 = s
+            .begin(CheckpointId(2), CheckpointKind::Checkpoint)
+            .unwrap();
+        let e = w2.link_shared("op1-0-000042.sst", &other).unwrap_err();
+        assert!(matches!(e, Error::SharedConflict { .. }), "{e}");
+        // A missing source is an error naming it.
+        let e = w2
+            .link_shared("gone.sst", &tmp.path().join("gone.sst"))
+            .unwrap_err();
+        assert!(e.to_string().contains("gone.sst"), "{e}");
     }
 
     #[test]
