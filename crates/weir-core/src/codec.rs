@@ -22,11 +22,17 @@ pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
     bincode::serde::encode_to_vec(value, config()).map_err(|e| Error::Codec(e.to_string()))
 }
 
-/// Appends the encoding of a value to `buf`.
+/// Appends the encoding of a value to `buf`, without an intermediate buffer.
+///
+/// ```
+/// let mut buf = vec![7u8];
+/// weir_core::codec::encode_into(&(1u32, "a".to_string()), &mut buf).unwrap();
+/// assert_eq!(&buf[1..], &weir_core::codec::encode(&(1u32, "a".to_string())).unwrap()[..]);
+/// ```
 pub fn encode_into<T: Serialize + ?Sized>(value: &T, buf: &mut Vec<u8>) -> Result<()> {
-    let bytes = encode(value)?;
-    buf.extend_from_slice(&bytes);
-    Ok(())
+    bincode::serde::encode_into_std_write(value, buf, config())
+        .map(|_| ())
+        .map_err(|e| Error::Codec(e.to_string()))
 }
 
 /// Decodes a value; trailing bytes are an error.
