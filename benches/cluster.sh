@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # benches/cluster.sh: keyed-sum at parallelism 2 in one process against the same job on two
-# worker processes of one slot each (the figures in docs/performance.md#cluster-network-exchange),
-# heap state, without checkpoints and with a checkpoint every second.
+# worker processes of one slot each, and on one worker of two slots (the figures in
+# docs/performance.md#cluster-network-exchange), heap state, without checkpoints and with a
+# checkpoint every second.
 #
 #   bash benches/cluster.sh [EVENTS] [RUNS]   # defaults: 200000000 events, 5 runs
 #
-# The four configurations run in turn, RUNS rounds, so that a busy spell of the machine
+# The six configurations run in turn, RUNS rounds, so that a busy spell of the machine
 # hits all of them alike. Prints one JSON line per run on stderr and, per configuration,
 # the median and range of events/s and of CPU nanoseconds per event (all processes).
 set -euo pipefail
@@ -22,7 +23,9 @@ cp "${CARGO_TARGET_DIR:-target}/release/weir-bench" "$BIN"
 OUT="$(mktemp)"
 trap 'rm -rf "$(dirname "$BIN")" "$OUT"' EXIT
 
-CONFIGS=("one process|" "2 workers x 1 slot|--workers 2")
+# One worker with two slots runs in cluster mode with every channel inside its process:
+# against one process it shows the cost of cluster mode without the network.
+CONFIGS=("one process|" "1 worker x 2 slots|--workers 1" "2 workers x 1 slot|--workers 2")
 for round in $(seq "$RUNS"); do
     for ck in 0 1000; do
         for c in "${CONFIGS[@]}"; do
@@ -51,7 +54,7 @@ for l in open(sys.argv[1]):
     rows.setdefault((int(ck), name), []).append(json.loads(line))
 print("| configuration | checkpoints | events/s, median (range) | CPU ns/event, median (range) | results |")
 print("|---|---|---|---|---|")
-for (ck, name), runs in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1] != "one process")):
+for (ck, name), runs in sorted(rows.items(), key=lambda kv: (kv[0][0], ["one process", "1 worker x 2 slots"].index(kv[0][1]) if kv[0][1] in ("one process", "1 worker x 2 slots") else 2)):
     eps = [r["events_per_sec"] for r in runs]
     ns = [r["cpu_s"] * 1e9 / r["events"] for r in runs if r.get("cpu_s") is not None]
     res = sorted({r["results"] for r in runs})
