@@ -162,36 +162,10 @@ impl CheckpointWriter {
     /// savepoint's own directory instead and the entry has `shared: false`; state backends
     /// need not tell the two cases apart.
     pub fn write_shared(&self, name: &str, bytes: &[u8]) -> Result<FileEntry> {
-        layout::validate_file_name(name)?;
-        self.reserve(name, true)?;
-        let savepoint = self.inner.kind.is_savepoint();
-        let dir = if savepoint {
-            &self.inner.dir
-        } else {
-            // Register before looking at the file, so that a concurrent retain either sees the
-            // name protected or has already deleted the file (which is then rewritten).
-            self.inner.registry.protect_shared(self.inner.token, name);
-            &self.inner.shared_dir
+        let new = entry(name, bytes, !self.inner.kind.is_savepoint());
+        let Some((path, tmp)) = self.place_shared(&new)? else {
+            return Ok(new);
         };
-        let path = dir.join(name);
-        let new = entry(name, bytes, !savepoint);
-        match layout::file_crc(&path) {
-            Ok((size, crc)) if size == new.size && crc == new.crc32 => return Ok(new),
-            Ok((existing_size, existing_crc)) => {
-                return Err(Error::SharedConflict {
-                    path,
-                    existing_size,
-                    existing_crc,
-                    new_size: new.size,
-                    new_crc: new.crc32,
-                });
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io("read", path, e)),
-        }
-        std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
-        let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(layout::tmp_name(self.inner.token, seq, name));
         let written = layout::write_synced(&tmp, bytes).and_then(|()| {
             std::fs::rename(&tmp, &path).map_err(|e| Error::io("rename into place", &tmp, e))
         });
@@ -207,39 +181,16 @@ impl CheckpointWriter {
     /// upload reads each new file once (for its checksum) instead of reading and writing it.
     pub fn link_shared(&self, name: &str, source: &Path) -> Result<FileEntry> {
         layout::validate_file_name(name)?;
-        self.reserve(name, true)?;
-        let savepoint = self.inner.kind.is_savepoint();
-        let dir = if savepoint {
-            &self.inner.dir
-        } else {
-            self.inner.registry.protect_shared(self.inner.token, name);
-            &self.inner.shared_dir
-        };
-        let path = dir.join(name);
         let (size, crc32) = layout::file_crc(source).map_err(|e| Error::io("read", source, e))?;
         let new = FileEntry {
             name: name.to_string(),
             size,
             crc32,
-            shared: !savepoint,
+            shared: !self.inner.kind.is_savepoint(),
         };
-        match layout::file_crc(&path) {
-            Ok((s, c)) if s == size && c == crc32 => return Ok(new),
-            Ok((existing_size, existing_crc)) => {
-                return Err(Error::SharedConflict {
-                    path,
-                    existing_size,
-                    existing_crc,
-                    new_size: size,
-                    new_crc: crc32,
-                });
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io("read", path, e)),
-        }
-        std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
-        let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(layout::tmp_name(self.inner.token, seq, name));
+        let Some((path, tmp)) = self.place_shared(&new)? else {
+            return Ok(new);
+        };
         // The source's contents must be durable before a checkpoint refers to them.
         let linked = std::fs::File::open(source)
             .and_then(|f| f.sync_all())
@@ -267,6 +218,42 @@ impl CheckpointWriter {
             let _ = std::fs::remove_file(&tmp);
         }
         linked.map(|()| new)
+    }
+
+    /// Claims a shared file's name for this checkpoint and finds its place: `None` when an
+    /// identical file is stored already, else its final path and a temporary path to write
+    /// it to first. A file of that name with other contents is a conflict.
+    fn place_shared(&self, new: &FileEntry) -> Result<Option<(PathBuf, PathBuf)>> {
+        let name = new.name.as_str();
+        layout::validate_file_name(name)?;
+        self.reserve(name, true)?;
+        let dir = if self.inner.kind.is_savepoint() {
+            &self.inner.dir
+        } else {
+            // Register before looking at the file, so that a concurrent retain either sees the
+            // name protected or has already deleted the file (which is then rewritten).
+            self.inner.registry.protect_shared(self.inner.token, name);
+            &self.inner.shared_dir
+        };
+        let path = dir.join(name);
+        match layout::file_crc(&path) {
+            Ok((size, crc)) if size == new.size && crc == new.crc32 => return Ok(None),
+            Ok((existing_size, existing_crc)) => {
+                return Err(Error::SharedConflict {
+                    path,
+                    existing_size,
+                    existing_crc,
+                    new_size: new.size,
+                    new_crc: new.crc32,
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("read", path, e)),
+        }
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+        let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(layout::tmp_name(self.inner.token, seq, name));
+        Ok(Some((path, tmp)))
     }
 
     /// Completes the checkpoint: checks that `manifest` belongs to it and that every file it

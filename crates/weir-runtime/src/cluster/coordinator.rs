@@ -535,30 +535,17 @@ fn on_message(shared: &Shared, id: u32, tx: &UnboundedSender<Vec<u8>>, msg: Wire
                         // subsumed; the job goes on.
                         return;
                     }
-                    Some((ck, snapshot, alignment_us, sync_us))
+                    WireEvent::Ack {
+                        id: ck,
+                        snapshot,
+                        files: Vec::new(),
+                        alignment_us,
+                        sync_us,
+                    }
                 }
-                other => {
-                    route_event(shared, id, attempt, head, subtask, other);
-                    None
-                }
+                other => other,
             };
-            if let Some((ck, snapshot, alignment_us, sync_us)) = event {
-                let mut st = shared.state();
-                let Some(route) = st.route.as_mut().filter(|r| r.attempt == attempt) else {
-                    shared.stale_messages.inc();
-                    return;
-                };
-                let Some(&task) = route.index.get(&(head as usize, subtask as usize)) else {
-                    return;
-                };
-                let _ = route.events.send(TaskEvent::Ack {
-                    task,
-                    id: CheckpointId(ck),
-                    snapshot,
-                    alignment: Duration::from_micros(alignment_us),
-                    sync: Duration::from_micros(sync_us),
-                });
-            }
+            route_event(shared, id, attempt, head, subtask, event);
         }
         other => {
             tracing::warn!(worker = id, message = ?other, "unexpected message from a worker");
@@ -596,7 +583,21 @@ fn route_event(shared: &Shared, worker: u32, attempt: u64, head: u32, subtask: u
                 result: Ok(result),
             });
         }
-        WireEvent::Ack { .. } => {}
+        WireEvent::Ack {
+            id,
+            snapshot,
+            alignment_us,
+            sync_us,
+            ..
+        } => {
+            let _ = route.events.send(TaskEvent::Ack {
+                task,
+                id: CheckpointId(id),
+                snapshot,
+                alignment: Duration::from_micros(alignment_us),
+                sync: Duration::from_micros(sync_us),
+            });
+        }
     }
 }
 
