@@ -137,6 +137,21 @@ fn an_unreachable_coordinator_is_reported_with_its_address() {
 }
 
 #[test]
+fn a_port_that_accepts_but_never_answers_is_not_waited_on_forever() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = silent.local_addr().unwrap().to_string();
+    let started = std::time::Instant::now();
+    let e = join(&address, 1, Duration::from_millis(200)).expect_err("no answer");
+    assert!(
+        e.to_string()
+            .contains("accepted the connection but did not answer as a weir coordinator"),
+        "{e}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    drop(silent);
+}
+
+#[test]
 fn invalid_cluster_settings_are_refused() {
     let mut c = ClusterConfig::coordinator("127.0.0.1:0", 1, vec![]);
     c.heartbeat_timeout = c.heartbeat_interval;

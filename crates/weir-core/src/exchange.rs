@@ -123,7 +123,8 @@ pub enum LinkRead {
 
 /// The producer end of a channel, encoding messages to bytes.
 pub trait LinkReader: Send {
-    /// Waits up to `timeout` for the next message and encodes it into `buf` (cleared first).
+    /// Waits up to `timeout` for the next message and appends its encoding to `buf` (so a
+    /// caller can put a header in front without copying the message).
     fn next(&mut self, timeout: std::time::Duration, buf: &mut Vec<u8>) -> Result<LinkRead>;
 }
 
@@ -140,9 +141,8 @@ const TAG_IDLE: u8 = 2;
 const TAG_BARRIER: u8 = 3;
 const TAG_END: u8 = 4;
 
-/// Encodes a channel message: a tag byte, then the batch (codec) or the control value.
+/// Appends a channel message: a tag byte, then the batch (codec) or the control value.
 fn encode_msg<T: Data>(msg: &Msg<T>, buf: &mut Vec<u8>) -> Result<()> {
-    buf.clear();
     match msg {
         Msg::Batch(b) => {
             buf.push(TAG_BATCH);

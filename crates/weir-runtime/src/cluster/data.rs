@@ -24,6 +24,8 @@ use tokio::sync::watch;
 use weir_core::exchange::{Link, LinkRead};
 use weir_core::{Error, Result};
 
+/// A data frame's body (its message starts at [`wire::DATA_HEADER`]) and where to send
+/// the credit back.
 type Delivery = (Vec<u8>, UnboundedSender<Vec<u8>>);
 
 /// The receiving ends of the current attempt's incoming channels.
@@ -199,16 +201,14 @@ fn send(
 ) {
     let mut buf = Vec::new();
     while !cancel.load(Ordering::Relaxed) {
+        // The frame's body: the link, then the message appended as the exchange encodes it.
+        wire::data_header(&key, &mut buf);
         match reader.next(Duration::from_millis(10), &mut buf) {
             Ok(LinkRead::Msg { end }) => {
                 if !credit.take(cancel) {
                     return;
                 }
-                let frame = wire::encode(&Wire::Data {
-                    link: key,
-                    bytes: std::mem::take(&mut buf),
-                });
-                if tx.send(frame).is_err() || end {
+                if tx.send(std::mem::take(&mut buf)).is_err() || end {
                     return;
                 }
             }
@@ -227,7 +227,7 @@ fn deliver(
 ) {
     loop {
         match rx.recv_timeout(Duration::from_millis(10)) {
-            Ok((bytes, reply)) => match writer.write(&bytes) {
+            Ok((body, reply)) => match writer.write(&body[wire::DATA_HEADER..]) {
                 Ok(end) => {
                     let _ = reply.send(wire::encode(&Wire::Credit { link: key, n: 1 }));
                     if end {
@@ -350,13 +350,13 @@ async fn serve(stream: TcpStream, inbound: Arc<Mutex<Inbound>>, mut current: wat
         tokio::select! {
             frame = wire::read_frame(&mut r) => {
                 let Ok(Some(body)) = frame else { break };
-                let Ok(Body::Wire(Wire::Data { link, bytes })) = wire::decode(&body) else { break };
+                let Some(link) = wire::data_link(&body) else { break };
                 let queue = {
                     let inbound = inbound.lock().unwrap_or_else(|p| p.into_inner());
                     (inbound.attempt == attempt).then(|| inbound.queues.get(&link).cloned()).flatten()
                 };
                 let Some(queue) = queue else { break };
-                if queue.send((bytes, tx.clone())).is_err() {
+                if queue.send((body, tx.clone())).is_err() {
                     break;
                 }
             }

@@ -2,9 +2,11 @@
 //! carry between the coordinator, the workers, and operators' command-line tools.
 //!
 //! A frame is a 4-byte big-endian length, then the body. The body's first byte says how
-//! it is encoded: `B` for [`Wire`] in weir's binary codec (processes of one job), `J` for
-//! JSON (the `weir cluster` administration requests and their replies), so a tool can
-//! talk to a coordinator without linking the runtime.
+//! it is encoded: `B` for [`Wire`] in weir's binary codec (processes of one job), `D` for
+//! a channel message between workers (the channel's [`LinkKey`] as four little-endian
+//! `u32`s, then the message as the exchange encoded it, carried as is), and `J` for JSON
+//! (the `weir cluster` administration requests and their replies), so a tool can talk to
+//! a coordinator without linking the runtime.
 
 use crate::task::{LinkKey, TaskCommand};
 use serde::{Deserialize, Serialize};
@@ -22,6 +24,34 @@ pub(crate) const MAX_FRAME: usize = 1 << 30;
 
 const BINARY: u8 = b'B';
 const JSON: u8 = b'J';
+const DATA: u8 = b'D';
+
+/// Bytes before the message in a data frame's body: the tag and the link.
+pub(crate) const DATA_HEADER: usize = 17;
+
+/// Starts a data frame's body for `link`; the channel message is appended to it.
+pub(crate) fn data_header(link: &LinkKey, buf: &mut Vec<u8>) {
+    buf.clear();
+    buf.push(DATA);
+    for v in [link.node, link.gate, link.producer, link.consumer] {
+        buf.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// The link of a data frame's body, if it is one; its message is `body[DATA_HEADER..]`.
+pub(crate) fn data_link(body: &[u8]) -> Option<LinkKey> {
+    if body.len() < DATA_HEADER || body[0] != DATA {
+        return None;
+    }
+    let word =
+        |i: usize| u32::from_le_bytes(body[1 + 4 * i..5 + 4 * i].try_into().expect("four bytes"));
+    Some(LinkKey {
+        node: word(0),
+        gate: word(1),
+        producer: word(2),
+        consumer: word(3),
+    })
+}
 
 /// Everything processes of one job say to each other.
 #[derive(Debug, Serialize, Deserialize)]
@@ -80,8 +110,6 @@ pub(crate) enum Wire {
     // Worker → worker.
     /// First message on a data connection.
     DataHello { attempt: u64, from: u32 },
-    /// One encoded channel message.
-    Data { link: LinkKey, bytes: Vec<u8> },
     /// The receiver has room for `n` more messages on `link`.
     Credit { link: LinkKey, n: u32 },
 }
@@ -269,6 +297,19 @@ mod tests {
             Body::Admin(AdminRequest::Status)
         ));
         assert!(read_frame(&mut r).await.unwrap().is_none());
+
+        let link = LinkKey {
+            node: 4,
+            gate: 1,
+            producer: 0,
+            consumer: 70_000,
+        };
+        let mut body = Vec::new();
+        data_header(&link, &mut body);
+        body.extend_from_slice(b"message");
+        assert_eq!(data_link(&body), Some(link));
+        assert_eq!(&body[DATA_HEADER..], b"message");
+        assert_eq!(data_link(&encode(&Wire::Ping { nonce: 1 })), None);
 
         let huge = ((MAX_FRAME + 1) as u32).to_be_bytes();
         let e = read_frame(&mut &huge[..]).await.unwrap_err();

@@ -122,7 +122,19 @@ async fn hello(coordinator: &str, wait: Duration) -> Result<Welcomed> {
     )
     .await
     .map_err(io)?;
-    match read(&mut r, coordinator).await? {
+    // Something that accepts the connection but never answers must not hold us forever.
+    let answer_within = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_secs(5));
+    let answer = tokio::time::timeout(answer_within, read(&mut r, coordinator))
+        .await
+        .map_err(|_| {
+            Error::Config(format!(
+                "{coordinator} accepted the connection but did not answer as a weir coordinator within {} ms",
+                answer_within.as_millis()
+            ))
+        })??;
+    match answer {
         Wire::Welcome {
             job,
             args,
