@@ -413,7 +413,6 @@ impl<T: Data> Stream<T> {
         self.sink("collect", move || CollectSink {
             target: target.clone(),
             buf: Vec::new(),
-            pending: Vec::new(),
         });
         c
     }
