@@ -380,15 +380,29 @@ impl<T: 'static> SinkFunction<T> for FnSink<T> {
 mod collect_tests {
     use super::*;
 
+    fn ctx() -> SinkContext {
+        SinkContext {
+            subtask: 0,
+            parallelism: 1,
+            checkpointing: true,
+            checkpoint_timing: None,
+            name: "collect".into(),
+        }
+    }
+
+    fn sink(c: &Collected<i32>) -> CollectSink<i32> {
+        CollectSink {
+            target: c.clone(),
+            buf: Vec::new(),
+        }
+    }
+
     /// A job fails after checkpoint 1 completed but before its sink heard so: the restart
     /// restores from 1 and must show checkpoint 1's records once, and not those after it.
     #[test]
     fn a_restart_commits_what_the_restored_checkpoint_covers() {
         let c = Collected::default();
-        let mut old = CollectSink {
-            target: c.clone(),
-            buf: Vec::new(),
-        };
+        let mut old = sink(&c);
         old.invoke(1, 0).unwrap();
         old.snapshot(CheckpointId(1)).unwrap();
         old.invoke(2, 0).unwrap();
@@ -399,19 +413,9 @@ mod collect_tests {
             "nothing is visible before a checkpoint completes"
         );
 
-        let ctx = SinkContext {
-            subtask: 0,
-            parallelism: 1,
-            checkpointing: true,
-            checkpoint_timing: None,
-            name: "collect".into(),
-        };
-        let mut new = CollectSink {
-            target: c.clone(),
-            buf: Vec::new(),
-        };
-        new.restore(CheckpointId(1), &[], &ctx).unwrap();
-        new.open(&ctx).unwrap();
+        let mut new = sink(&c);
+        new.restore(CheckpointId(1), &[], &ctx()).unwrap();
+        new.open(&ctx()).unwrap();
         assert_eq!(c.values(), vec![1]);
         new.invoke(2, 0).unwrap();
         new.snapshot(CheckpointId(3)).unwrap();
@@ -425,24 +429,11 @@ mod collect_tests {
     #[test]
     fn a_start_from_scratch_drops_what_a_failed_attempt_pre_committed() {
         let c = Collected::default();
-        let mut old = CollectSink {
-            target: c.clone(),
-            buf: Vec::new(),
-        };
+        let mut old = sink(&c);
         old.invoke(1, 0).unwrap();
         old.snapshot(CheckpointId(1)).unwrap();
-        let ctx = SinkContext {
-            subtask: 0,
-            parallelism: 1,
-            checkpointing: true,
-            checkpoint_timing: None,
-            name: "collect".into(),
-        };
-        let mut new = CollectSink {
-            target: c.clone(),
-            buf: Vec::new(),
-        };
-        new.open(&ctx).unwrap();
+        let mut new = sink(&c);
+        new.open(&ctx()).unwrap();
         new.invoke(1, 0).unwrap();
         new.snapshot(CheckpointId(1)).unwrap();
         new.notify_complete(CheckpointId(1)).unwrap();
