@@ -95,6 +95,48 @@ fn two_workers_run_windows_across_processes_with_the_same_output() {
     assert_eq!(sink_tasks, 2);
 }
 
+/// A job that never ends on its own: running sums of an endless count.
+fn endless(env: &Env) {
+    env.from_iter(0u64..)
+        .key_by(|x| x % 7)
+        .reduce(|a, b| a.wrapping_add(b))
+        .for_each(|| |_, _| Ok(()));
+}
+
+#[test]
+fn a_cancelled_worker_leaves_and_the_coordinator_sees_it_lost() {
+    let address = free_address();
+    let coordinator = Env::new()
+        .parallelism(1)
+        .cluster(ClusterConfig::coordinator(&address, 1, vec![]));
+    endless(&coordinator);
+    let coordinator = coordinator
+        .execute_async("job")
+        .expect("start the coordinator");
+    let joined = join(&address, 1, Duration::from_secs(30)).expect("join");
+    let env = Env::new()
+        .parallelism(1)
+        .cluster(ClusterConfig::worker(joined));
+    endless(&env);
+    let worker = env.execute_async("job").expect("start the worker");
+    // Cancel once the worker runs its tasks.
+    weir_tests::wait_for("the worker's tasks", Duration::from_secs(30), || {
+        let status = weir::cluster::admin(
+            &address,
+            &serde_json::json!({"request": "status"}),
+            Duration::from_secs(5),
+        )
+        .expect("status");
+        status["state"] == "running" && status["workers"][0]["tasks"].as_u64() > Some(0)
+    });
+    worker.cancel();
+    let e = join_within(worker, Duration::from_secs(30)).expect_err("cancelled");
+    assert!(matches!(e, weir::Error::Cancelled), "{e}");
+    // Without checkpoints the job cannot restart: losing its only worker fails it.
+    let e = join_within(coordinator, Duration::from_secs(30)).expect_err("the job lost its worker");
+    assert!(e.to_string().contains("was lost"), "{e}");
+}
+
 #[test]
 fn a_worker_that_builds_another_graph_is_refused() {
     let address = free_address();

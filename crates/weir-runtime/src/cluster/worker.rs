@@ -212,6 +212,8 @@ enum Ended {
     Job(Option<String>),
     /// The coordinator is gone (or we were cut off): reconnect.
     Lost(String),
+    /// This worker was cancelled (`JobHandle::cancel`): leave the cluster.
+    Cancelled,
 }
 
 /// Runs as a worker until the coordinator says the job is over.
@@ -321,6 +323,9 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
         let mut current: Option<WorkerAttempt> = None;
         let ended = loop {
             let msg = ctl_rx.recv_timeout(Duration::from_millis(20));
+            if job.cancel.load(Ordering::SeqCst) {
+                break Ended::Cancelled;
+            }
             if mono_us() > lease.load(Ordering::SeqCst) {
                 break Ended::Lost(format!(
                     "no answer from the coordinator for {} ms",
@@ -369,6 +374,12 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
             }
         };
+        if matches!(ended, Ended::Cancelled) {
+            // Leave before the tasks stop: the coordinator then learns the loss of this
+            // worker as the cause, not the tasks' cancellation.
+            writer.abort();
+            reader.abort();
+        }
         if let Some(a) = current.take() {
             a.stop();
         }
@@ -406,6 +417,13 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
                     checkpoints_completed: 0,
                     restarts: attempts.saturating_sub(1),
                 });
+            }
+            Ended::Cancelled => {
+                // The closed connection told the coordinator at once: it restarts the job
+                // on the other workers, as for any lost worker.
+                rt.shutdown_timeout(Duration::from_secs(1));
+                eprintln!("[weir] worker {me}: cancelled; left the cluster");
+                return Err(Error::Cancelled);
             }
             Ended::Lost(reason) => {
                 writer.abort();
