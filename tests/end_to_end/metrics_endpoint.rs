@@ -61,12 +61,16 @@ fn a_running_job_serves_its_metrics_in_the_prometheus_format() {
     let addr = handle.metrics_address().expect("a metrics address");
     assert_ne!(addr.port(), 0, "port 0 is replaced by the bound port");
 
-    // The six records are processed soon after the start; scrape until they show.
+    // The six records are processed soon after the start; scrape until they show. A
+    // response renders the metrics one after the other (the state gauge before the
+    // counter), so it may catch the counter after the last record and the gauge before it:
+    // wait for both.
     let want = "duplicates_suppressed_total{operator=\"dedup-scraped\",subtask=\"0\"} 3\n";
+    let entries = "dedup_state_entries{operator=\"dedup-scraped\",subtask=\"0\"} 3\n";
     let deadline = Instant::now() + JOB_DEADLINE;
     let response = loop {
         let r = get(addr, "/metrics").expect("the endpoint answers while the job runs");
-        if r.contains(want) || Instant::now() > deadline {
+        if (r.contains(want) && r.contains(entries)) || Instant::now() > deadline {
             break r;
         }
     };
@@ -80,10 +84,7 @@ fn a_running_job_serves_its_metrics_in_the_prometheus_format() {
         response.contains("# TYPE duplicates_suppressed_total counter\n"),
         "{response}"
     );
-    assert!(
-        response.contains("dedup_state_entries{operator=\"dedup-scraped\",subtask=\"0\"} 3\n"),
-        "{response}"
-    );
+    assert!(response.contains(entries), "{response}");
     let missing = get(addr, "/other").unwrap();
     assert!(
         missing.starts_with("HTTP/1.1 404 Not Found\r\n"),
