@@ -95,6 +95,23 @@ fn two_workers_run_windows_across_processes_with_the_same_output() {
     assert_eq!(sink_tasks, 2);
 }
 
+/// Starts a coordinator of job "job" (`build`'s pipeline, parallelism 1) that waits for
+/// one worker, and joins it: the worker's environment, its pipeline still to build.
+fn coordinator_and_worker(address: &str, build: impl Fn(&Env)) -> (JobHandle, Env) {
+    let coordinator = Env::new()
+        .parallelism(1)
+        .cluster(ClusterConfig::coordinator(address, 1, vec![]));
+    build(&coordinator);
+    let handle = coordinator
+        .execute_async("job")
+        .expect("start the coordinator");
+    let joined = join(address, 1, Duration::from_secs(30)).expect("join");
+    let env = Env::new()
+        .parallelism(1)
+        .cluster(ClusterConfig::worker(joined));
+    (handle, env)
+}
+
 /// A job that never ends on its own: running sums of an endless count.
 fn endless(env: &Env) {
     env.from_iter(0u64..)
@@ -106,17 +123,7 @@ fn endless(env: &Env) {
 #[test]
 fn a_cancelled_worker_leaves_and_the_coordinator_sees_it_lost() {
     let address = free_address();
-    let coordinator = Env::new()
-        .parallelism(1)
-        .cluster(ClusterConfig::coordinator(&address, 1, vec![]));
-    endless(&coordinator);
-    let coordinator = coordinator
-        .execute_async("job")
-        .expect("start the coordinator");
-    let joined = join(&address, 1, Duration::from_secs(30)).expect("join");
-    let env = Env::new()
-        .parallelism(1)
-        .cluster(ClusterConfig::worker(joined));
+    let (coordinator, env) = coordinator_and_worker(&address, endless);
     endless(&env);
     let worker = env.execute_async("job").expect("start the worker");
     // Cancel once the worker runs its tasks.
@@ -140,17 +147,9 @@ fn a_cancelled_worker_leaves_and_the_coordinator_sees_it_lost() {
 #[test]
 fn a_worker_that_builds_another_graph_is_refused() {
     let address = free_address();
-    let coordinator = Env::new()
-        .parallelism(1)
-        .cluster(ClusterConfig::coordinator(&address, 1, vec![]));
-    let _ = windowed_sums(&coordinator);
-    let handle = coordinator
-        .execute_async("job")
-        .expect("start the coordinator");
-    let joined = join(&address, 1, Duration::from_secs(30)).expect("join");
-    let env = Env::new()
-        .parallelism(1)
-        .cluster(ClusterConfig::worker(joined));
+    let (handle, env) = coordinator_and_worker(&address, |env| {
+        let _ = windowed_sums(env);
+    });
     env.from_collection(vec![1, 2, 3]).map(|x| x * 2).collect();
     let e = env
         .execute("job")

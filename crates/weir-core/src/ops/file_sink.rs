@@ -358,13 +358,7 @@ mod tests {
     }
 
     fn ctx() -> SinkContext {
-        SinkContext {
-            subtask: 0,
-            parallelism: 1,
-            checkpointing: true,
-            checkpoint_timing: None,
-            name: "sink".into(),
-        }
+        SinkContext::single("sink")
     }
 
     fn committed(dir: &Path) -> Vec<(String, String)> {

@@ -31,6 +31,20 @@ pub struct SinkContext {
     pub name: String,
 }
 
+#[cfg(test)]
+impl SinkContext {
+    /// The context of the only subtask of a checkpointing sink, for unit tests.
+    pub(crate) fn single(name: &str) -> Self {
+        SinkContext {
+            subtask: 0,
+            parallelism: 1,
+            checkpointing: true,
+            checkpoint_timing: None,
+            name: name.into(),
+        }
+    }
+}
+
 /// Writes records somewhere. One instance per subtask, created on its thread.
 ///
 /// ```
@@ -381,13 +395,7 @@ mod collect_tests {
     use super::*;
 
     fn ctx() -> SinkContext {
-        SinkContext {
-            subtask: 0,
-            parallelism: 1,
-            checkpointing: true,
-            checkpoint_timing: None,
-            name: "collect".into(),
-        }
+        SinkContext::single("collect")
     }
 
     fn sink(c: &Collected<i32>) -> CollectSink<i32> {
