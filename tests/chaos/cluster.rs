@@ -68,9 +68,14 @@ impl<'a> Cluster<'a> {
     }
 
     fn worker(&mut self, slots: usize) -> (Child, PathBuf) {
+        self.worker_with(slots, None)
+    }
+
+    /// A worker, with a fail point turned on when `failpoints` names one.
+    fn worker_with(&mut self, slots: usize, failpoints: Option<&str>) -> (Child, PathBuf) {
         let (path, log) = self.log_file("worker");
-        let child = Command::new(env!("CARGO_BIN_EXE_file_sum"))
-            .arg("--cluster")
+        let mut c = Command::new(env!("CARGO_BIN_EXE_file_sum"));
+        c.arg("--cluster")
             .arg("worker")
             .arg("--coordinator")
             .arg(&self.address)
@@ -79,11 +84,22 @@ impl<'a> Cluster<'a> {
             .env_remove("WEIR_FAILPOINTS")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start a worker");
-        (child, path)
+            .stderr(log);
+        if let Some(f) = failpoints {
+            c.env("WEIR_FAILPOINTS", f);
+        }
+        (c.spawn().expect("start a worker"), path)
     }
+}
+
+/// Waits until the scenario's checkpoint directory holds a complete checkpoint newer
+/// than `after`.
+fn wait_checkpoint_after(s: &Scenario, after: u64) {
+    wait_for(
+        &format!("a checkpoint after {after}"),
+        Duration::from_secs(60),
+        || latest_checkpoint(&s.checkpoints).is_some_and(|c| c > after),
+    );
 }
 
 /// Runs `weir cluster ARGS --coordinator ADDRESS` and returns its stdout; it must succeed.
@@ -152,9 +168,7 @@ fn a_worker_killed_mid_run_is_replaced_and_the_output_is_exact() {
     let mut cl = Cluster::new(&s);
     let (mut coord, coord_log) = cl.coordinator();
     let mut workers = start_workers(&mut cl, &coord_log);
-    wait_for("a checkpoint mid-run", Duration::from_secs(60), || {
-        latest_checkpoint(&s.checkpoints).is_some_and(|c| c >= 3)
-    });
+    wait_checkpoint_after(&s, 2);
     // What an operator sees: three workers, their slots and tasks (worker 1 runs the
     // source and subtasks 0 and 3 of the keyed sum, workers 2 and 3 one subtask each).
     let status: serde_json::Value =
@@ -204,9 +218,7 @@ fn a_coordinator_killed_mid_run_is_restarted_and_the_workers_rejoin() {
     let mut cl = Cluster::new(&s);
     let (mut coord, coord_log) = cl.coordinator();
     let workers = start_workers(&mut cl, &coord_log);
-    wait_for("a checkpoint mid-run", Duration::from_secs(60), || {
-        latest_checkpoint(&s.checkpoints).is_some_and(|c| c >= 3)
-    });
+    wait_checkpoint_after(&s, 2);
     coord.kill().expect("SIGKILL the coordinator");
     coord.wait().expect("reap the coordinator");
     for (_, log) in &workers {
@@ -234,27 +246,13 @@ fn a_worker_cut_off_and_back_cannot_commit_output_of_its_old_attempt() {
     }
     // Worker 3 freezes itself right after its sink pre-committed a checkpoint, with
     // records after that barrier still in its channels: to the cluster it goes silent.
-    let (path, log) = cl.log_file("zombie");
-    let mut zombie = Command::new(env!("CARGO_BIN_EXE_file_sum"))
-        .args(["--cluster", "worker", "--coordinator", &cl.address])
-        .args(["--slots", "1"])
-        .env("WEIR_FAILPOINTS", "sink.after_precommit=stop")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("start the worker to freeze");
-    let zombie_log = path;
+    let (mut zombie, zombie_log) = cl.worker_with(1, Some("sink.after_precommit=stop"));
     wait_log(&zombie_log, "fail point 'sink.after_precommit': stop", 1);
     wait_log(&coord_log, "lost: no heartbeat", 1);
     let (mut replacement, replacement_log) = cl.worker(1);
     wait_log(&coord_log, "deployed", 2);
     let after = latest_checkpoint(&s.checkpoints).unwrap_or(0);
-    wait_for(
-        "a checkpoint of the new attempt",
-        Duration::from_secs(60),
-        || latest_checkpoint(&s.checkpoints).is_some_and(|c| c > after),
-    );
+    wait_checkpoint_after(&s, after);
     // Thaw it while the new attempt runs, its subtask now running elsewhere: it finishes
     // its snapshot, writes what is left in its channels, and must stop on its own.
     signal(&zombie, "CONT");
@@ -276,9 +274,7 @@ fn savepoint_stop_and_cancel_go_through_the_coordinator() {
     // Stop with a savepoint over the coordinator's RPC, then resume from it.
     let (mut coord, coord_log) = cl.coordinator();
     let workers = start_workers(&mut cl, &coord_log);
-    wait_for("a checkpoint mid-run", Duration::from_secs(60), || {
-        latest_checkpoint(&s.checkpoints).is_some_and(|c| c >= 2)
-    });
+    wait_checkpoint_after(&s, 1);
     let said = weir_cluster(&cl.address, &["savepoint", "--stop"]);
     assert!(said.contains("taking a savepoint, then stopping"), "{said}");
     expect_success(
@@ -301,11 +297,7 @@ fn savepoint_stop_and_cancel_go_through_the_coordinator() {
     let workers = start_workers(&mut cl, &coord_log);
     wait_log(&coord_log, "resuming from savepoint", 1);
     let done = latest_checkpoint(&s.checkpoints).unwrap_or(0);
-    wait_for(
-        "a checkpoint after the savepoint",
-        Duration::from_secs(60),
-        || latest_checkpoint(&s.checkpoints).is_some_and(|c| c > done),
-    );
+    wait_checkpoint_after(&s, done);
     let said = weir_cluster(&cl.address, &["cancel"]);
     assert!(said.contains("cancelling job 'file_sum'"), "{said}");
     let status = wait_within(&mut coord, Duration::from_secs(60));
