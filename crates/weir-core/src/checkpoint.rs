@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::{Arc, Condvar, Mutex};
 
 /// Keyed state of one table: encoded entries per key group.
 pub type KeyGroupBlobs = Vec<(u32, Vec<u8>)>;
@@ -29,6 +30,10 @@ pub struct OperatorSnapshot {
     /// referenced by later checkpoints (incremental checkpoints).
     #[serde(default)]
     pub files: Vec<LocalFile>,
+    /// Files the backend is still writing in the background when the synchronous part
+    /// ends; [`OperatorSnapshot::resolve_files`] waits for them and moves them to `files`.
+    #[serde(skip)]
+    pub deferred: Vec<DeferredFiles>,
 }
 
 /// A local file that belongs to a snapshot.
@@ -42,7 +47,71 @@ pub struct LocalFile {
     pub shared: bool,
 }
 
+/// Files of a snapshot that a background thread is still producing (the asynchronous
+/// phase of a persistent backend's snapshot). Cloning shares the slot.
+///
+/// ```
+/// use weir_core::checkpoint::{DeferredFiles, LocalFile};
+/// let files = DeferredFiles::default();
+/// let producer = files.clone();
+/// std::thread::spawn(move || {
+///     producer.set(Ok(vec![LocalFile { path: "a.sst".into(), name: "a.sst".into(), shared: true }]))
+/// });
+/// assert_eq!(files.wait().unwrap()[0].name, "a.sst");
+/// ```
+#[derive(Clone, Default)]
+pub struct DeferredFiles(Arc<(Mutex<Option<Result<Vec<LocalFile>>>>, Condvar)>);
+
+impl DeferredFiles {
+    /// Publishes the outcome and wakes the waiters.
+    pub fn set(&self, files: Result<Vec<LocalFile>>) {
+        let (slot, ready) = &*self.0;
+        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(files);
+        ready.notify_all();
+    }
+
+    /// Blocks until the outcome is published and returns it (an error goes to the first
+    /// waiter as it was; later waiters get its message).
+    pub fn wait(&self) -> Result<Vec<LocalFile>> {
+        let (slot, ready) = &*self.0;
+        let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            match guard.take() {
+                Some(Ok(files)) => {
+                    *guard = Some(Ok(files.clone()));
+                    return Ok(files);
+                }
+                Some(Err(e)) => {
+                    *guard = Some(Err(crate::Error::User(e.to_string())));
+                    return Err(e);
+                }
+                None => guard = ready.wait(guard).unwrap_or_else(|p| p.into_inner()),
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for DeferredFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let done = self.0.0.lock().map(|s| s.is_some()).unwrap_or(true);
+        write!(
+            f,
+            "DeferredFiles({})",
+            if done { "ready" } else { "pending" }
+        )
+    }
+}
+
 impl OperatorSnapshot {
+    /// Waits for the files still being written in the background and adds them to
+    /// [`OperatorSnapshot::files`]. Whoever stores the snapshot calls this first.
+    pub fn resolve_files(&mut self) -> Result<()> {
+        for d in std::mem::take(&mut self.deferred) {
+            self.files.extend(d.wait()?);
+        }
+        Ok(())
+    }
+
     /// Total bytes of keyed and operator state.
     pub fn bytes(&self) -> usize {
         self.keyed
@@ -121,6 +190,7 @@ impl Participants {
             let e = out.entry(p.operator_id.clone()).or_default();
             e.keyed.extend(s.keyed);
             e.files.extend(s.files);
+            e.deferred.extend(s.deferred);
             if s.operator.is_some() {
                 e.operator = s.operator;
                 e.description = s.description;

@@ -62,7 +62,9 @@ pub(crate) fn write_checkpoint(
     let mut written = 0u64;
     for (task, snapshots) in acks {
         let subtask = task.subtask.0;
-        for (op_id, snap) in snapshots {
+        for (op_id, mut snap) in snapshots {
+            // The backend's asynchronous part may still be writing its files.
+            snap.resolve_files()?;
             let (node, op_name, parallelism) = names.0.get(&op_id).ok_or_else(|| {
                 Error::Config(format!("internal: snapshot of unknown operator '{op_id}'"))
             })?;

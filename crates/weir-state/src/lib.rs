@@ -178,6 +178,7 @@ impl KeyedStateBackend for MemoryBackend {
         Ok(BackendSnapshot {
             keyed,
             files: Vec::new(),
+            deferred: None,
         })
     }
 

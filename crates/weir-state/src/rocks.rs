@@ -3,23 +3,31 @@
 //! Each keyed operator subtask owns a RocksDB instance in a local working directory, with
 //! the write-ahead log off (the checkpoint is the durability point). Value, list and map
 //! states are typed write-back caches over it (see `weir_core::state::CachedTable`): the
-//! cache is written to RocksDB in one batch at every checkpoint barrier or when it
-//! outgrows its capacity. A snapshot flushes the memtable and takes a RocksDB checkpoint
-//! (hard links); its SST files are immutable, so checkpoint storage keeps each once and
-//! later checkpoints reference it (incremental checkpoints). Internal tables (timers,
-//! window contents) stay on the heap and are checkpointed as encoded key groups.
+//! cache is written to RocksDB in one batch when it outgrows its capacity, and at every
+//! checkpoint barrier. At the barrier the task thread only encodes the changed entries and
+//! marks them clean; a background thread sorts them, writes them as one SST file, ingests
+//! it and takes a RocksDB checkpoint (hard links) while the task goes on with records.
+//! Until that thread is done the task does not write to RocksDB or evict from the cache
+//! (the cache still holds every value being written). SST files are immutable, so
+//! checkpoint storage keeps each once and later checkpoints reference it (incremental
+//! checkpoints). Internal tables (timers, window contents) stay on the heap and are
+//! checkpointed as encoded key groups.
 //!
 //! Restoring — at any parallelism — opens the old subtasks' checkpointed databases
 //! read-only and copies the key groups this subtask now owns into a fresh instance.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use weir_core::checkpoint::{KeyGroupBlobs, LocalFile};
+use std::thread::JoinHandle;
+use weir_core::checkpoint::{DeferredFiles, KeyGroupBlobs, LocalFile};
 use weir_core::data::key_group_range;
 use weir_core::ids::CheckpointId;
-use weir_core::state::{BackendSnapshot, KeyedStateBackend, KvStore, StateTableInfo};
+use weir_core::state::{BackendSnapshot, Changes, KeyedStateBackend, KvStore, StateTableInfo};
 use weir_core::{Error, Result};
 
 /// Settings of the RocksDB backend.
@@ -61,13 +69,15 @@ static INSTANCE: AtomicU64 = AtomicU64::new(0);
 
 /// One RocksDB instance.
 pub struct RocksStore {
-    db: Option<rocksdb::DB>,
+    db: Option<Arc<rocksdb::DB>>,
     dir: PathBuf,
     root: PathBuf,
     instance: String,
     write: rocksdb::WriteOptions,
     max_parallelism: usize,
     cache_entries: usize,
+    /// The snapshot being written in the background.
+    inflight: RefCell<Option<JoinHandle<Result<()>>>>,
 }
 
 impl RocksStore {
@@ -118,13 +128,14 @@ impl RocksStore {
         let mut write = rocksdb::WriteOptions::default();
         write.disable_wal(true);
         Ok(RocksStore {
-            db: Some(db),
+            db: Some(Arc::new(db)),
             dir,
             root,
             instance,
             write,
             max_parallelism,
             cache_entries: cfg.cache_entries,
+            inflight: RefCell::new(None),
         })
     }
 
@@ -164,14 +175,136 @@ impl RocksStore {
         Ok(n)
     }
 
-    /// Flushes the memtable and takes a checkpoint; returns its files.
-    fn checkpoint(&self, id: CheckpointId) -> Result<Vec<LocalFile>> {
-        self.db().flush().map_err(|e| err("flush", &self.dir, e))?;
+    /// Starts writing a snapshot: `changes` are written into the database and a RocksDB
+    /// checkpoint is taken on a background thread; its files are published in the result.
+    /// The caller has settled the previous snapshot.
+    fn snapshot_in_background(
+        &self,
+        id: CheckpointId,
+        changes: Vec<Changes>,
+    ) -> Result<DeferredFiles> {
+        let files = DeferredFiles::default();
+        let job = SnapshotJob {
+            db: self.db.clone().expect("open until dropped"),
+            dir: self.dir.clone(),
+            root: self.root.clone(),
+            instance: self.instance.clone(),
+            id,
+        };
+        let published = files.clone();
+        let handle = std::thread::Builder::new()
+            .name("weir-rocksdb-snapshot".into())
+            .spawn(move || {
+                let result = catch_unwind(AssertUnwindSafe(|| job.run(changes)))
+                    .unwrap_or_else(|p| Err(Error::from_panic(p)));
+                let task_side = match &result {
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(Error::User(format!(
+                        "writing the RocksDB snapshot of checkpoint {} failed: {e}",
+                        id.0
+                    ))),
+                };
+                published.set(result);
+                task_side
+            })
+            .map_err(|e| Error::io(self.root.display(), e))?;
+        *self.inflight.borrow_mut() = Some(handle);
+        Ok(files)
+    }
+
+    /// Waits for the snapshot being written in the background, if any.
+    fn settle_inflight(&self) -> Result<()> {
+        let Some(handle) = self.inflight.borrow_mut().take() else {
+            return Ok(());
+        };
+        handle.join().unwrap_or_else(|p| Err(Error::from_panic(p)))
+    }
+}
+
+/// The background part of a snapshot.
+struct SnapshotJob {
+    db: Arc<rocksdb::DB>,
+    dir: PathBuf,
+    root: PathBuf,
+    instance: String,
+    id: CheckpointId,
+}
+
+impl SnapshotJob {
+    fn run(self, changes: Vec<Changes>) -> Result<Vec<LocalFile>> {
+        let tables: Vec<_> = changes
+            .iter()
+            .filter(|c| !c.is_empty())
+            .map(Changes::sorted)
+            .collect();
+        if !tables.is_empty() {
+            self.ingest(&tables)?;
+        }
+        self.checkpoint()
+    }
+
+    /// Writes the sorted changes of every table as one SST file and ingests it. The file
+    /// takes a sequence number above everything in the database, which is right: no write
+    /// reaches the database between the barrier and the end of this job.
+    ///
+    /// Building the file here, rather than writing the batch into the memtable and
+    /// flushing it, skips the memtable's skip-list inserts and its flush.
+    fn ingest(&self, tables: &[Vec<(&[u8], Option<&[u8]>)>]) -> Result<()> {
+        let path = self.root.join(format!("ingest-{}.sst", self.id.0));
+        let mut opts = rocksdb::Options::default();
+        // Level 0 and 1 are not compressed (see `RocksStore::open`); same filter as there.
+        opts.set_compression_type(rocksdb::DBCompressionType::None);
+        let mut table = rocksdb::BlockBasedOptions::default();
+        table.set_bloom_filter(10.0, false);
+        opts.set_block_based_table_factory(&table);
+        let mut writer = rocksdb::SstFileWriter::create(&opts);
+        writer
+            .open(&path)
+            .map_err(|e| err("create SST file", &path, e))?;
+        // Merge the tables' sorted runs (their keys differ in the table name, so no key
+        // repeats across them).
+        let mut pos = vec![0usize; tables.len()];
+        loop {
+            let mut next: Option<usize> = None;
+            for (t, run) in tables.iter().enumerate() {
+                if let Some((k, _)) = run.get(pos[t])
+                    && next.is_none_or(|n| *k < tables[n][pos[n]].0)
+                {
+                    next = Some(t);
+                }
+            }
+            let Some(t) = next else { break };
+            let (k, v) = tables[t][pos[t]];
+            pos[t] += 1;
+            match v {
+                Some(v) => writer.put(k, v),
+                None => writer.delete(k),
+            }
+            .map_err(|e| err("write SST file", &path, e))?;
+        }
+        writer
+            .finish()
+            .map_err(|e| err("finish SST file", &path, e))?;
+        let mut ingest = rocksdb::IngestExternalFileOptions::default();
+        ingest.set_move_files(true);
+        self.db
+            .ingest_external_file_opts(&ingest, vec![&path])
+            .map_err(|e| err("ingest", &path, e))?;
+        // Moving hard-links the file into the database; this name is left over.
+        let _ = std::fs::remove_file(&path);
+        Ok(())
+    }
+
+    /// Takes a RocksDB checkpoint (the memtable flushed, files hard-linked); returns its
+    /// files.
+    fn checkpoint(&self) -> Result<Vec<LocalFile>> {
+        let id = self.id;
+        self.db.flush().map_err(|e| err("flush", &self.dir, e))?;
         let target = self.root.join(format!("chk-{}", id.0));
         if target.exists() {
             std::fs::remove_dir_all(&target).map_err(io(&target))?;
         }
-        rocksdb::checkpoint::Checkpoint::new(self.db())
+        rocksdb::checkpoint::Checkpoint::new(&self.db)
             .and_then(|c| c.create_checkpoint(&target))
             .map_err(|e| err("checkpoint", &target, e))?;
         // Local checkpoints before the previous one were copied to storage already.
@@ -210,6 +343,7 @@ impl RocksStore {
 
 impl Drop for RocksStore {
     fn drop(&mut self) {
+        let _ = self.settle_inflight();
         drop(self.db.take());
         let _ = std::fs::remove_dir_all(&self.root);
     }
@@ -219,9 +353,10 @@ impl KvStore for RocksStore {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.db().get(key).map_err(|e| err("get", &self.dir, e))
     }
-    fn write(&self, batch: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<()> {
+    fn write(&self, changes: &Changes) -> Result<()> {
+        self.settle_inflight()?;
         let mut b = rocksdb::WriteBatch::default();
-        for (k, v) in batch {
+        for (k, v) in changes.sorted() {
             match v {
                 Some(v) => b.put(k, v),
                 None => b.delete(k),
@@ -236,6 +371,9 @@ impl KvStore for RocksStore {
     }
     fn cache_capacity(&self) -> usize {
         self.cache_entries
+    }
+    fn settle(&self) -> Result<()> {
+        self.settle_inflight()
     }
 }
 
@@ -290,21 +428,131 @@ impl KeyedStateBackend for RocksDbBackend {
     }
 
     fn snapshot(&self, id: CheckpointId) -> Result<BackendSnapshot> {
+        // One snapshot at a time writes into the database.
+        self.store.settle_inflight()?;
         let mut keyed = BTreeMap::new();
+        let mut changes = Vec::new();
         for (name, t) in &self.tables {
             if t.is_persistent() {
-                t.flush()?;
+                changes.extend(t.take_changes()?);
             } else {
                 keyed.insert(name.clone(), t.snapshot(self.store.max_parallelism)?);
             }
         }
         Ok(BackendSnapshot {
             keyed,
-            files: self.store.checkpoint(id)?,
+            files: Vec::new(),
+            deferred: Some(self.store.snapshot_in_background(id, changes)?),
         })
     }
 
     fn store(&self) -> Option<Rc<dyn KvStore>> {
         Some(self.store.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::checkpoint::OperatorSnapshot;
+    use weir_core::state::{KeyContext, StateContext};
+
+    fn config(dir: &Path) -> RocksDbConfig {
+        RocksDbConfig {
+            local_dir: dir.join("local"),
+            // Far fewer entries than keys: every few writes evict.
+            cache_entries: 8,
+            ..RocksDbConfig::default()
+        }
+    }
+
+    fn context(
+        cfg: &RocksDbConfig,
+        restore_dirs: &[PathBuf],
+    ) -> (Rc<KeyContext<u64>>, StateContext<u64>) {
+        let backend =
+            RocksDbBackend::open(cfg, "op1-0", 128, 0, 1, BTreeMap::new(), restore_dirs).unwrap();
+        let key = KeyContext::<u64>::new();
+        (key.clone(), StateContext::new(key, Box::new(backend)))
+    }
+
+    /// Copies a snapshot's files to a directory, as a restore brings them back.
+    fn restore_dir(snap: &OperatorSnapshot, dir: &Path) -> PathBuf {
+        std::fs::create_dir_all(dir).unwrap();
+        for f in &snap.files {
+            std::fs::copy(&f.path, dir.join(f.path.file_name().unwrap())).unwrap();
+        }
+        dir.to_path_buf()
+    }
+
+    /// The background part of a snapshot writes exactly the state at the barrier, even
+    /// when the task overwrites and evicts every key right after it.
+    #[test]
+    fn a_snapshot_holds_the_state_at_its_barrier() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = config(tmp.path());
+        let (key, mut ctx) = context(&cfg, &[]);
+        let mut value = ctx.value_state::<u64>("value").unwrap();
+        let mut map = ctx.map_state::<u32, u64>("map").unwrap();
+        for k in 0..300u64 {
+            key.set(k);
+            value.set(k).unwrap();
+            map.put(1, 2 * k).unwrap();
+        }
+        for k in (0..300u64).step_by(7) {
+            key.set(k);
+            value.clear().unwrap();
+        }
+        let hooks = ctx.hooks();
+        let mut snap = hooks.borrow_mut().snapshot(CheckpointId(1)).unwrap();
+        for k in 0..300u64 {
+            key.set(k);
+            value.set(k + 1_000).unwrap();
+            map.clear().unwrap();
+        }
+        snap.resolve_files().unwrap();
+        assert!(snap.files.iter().any(|f| f.shared), "{:?}", snap.files);
+        let dir = restore_dir(&snap, &tmp.path().join("restore"));
+        drop((value, map, hooks, ctx));
+
+        let (key, mut ctx) = context(&cfg, &[dir]);
+        let value = ctx.value_state::<u64>("value").unwrap();
+        let map = ctx.map_state::<u32, u64>("map").unwrap();
+        for k in 0..300u64 {
+            key.set(k);
+            let want = (k % 7 != 0).then_some(k);
+            assert_eq!(value.get().unwrap(), want, "key {k}");
+            assert_eq!(map.entries().unwrap(), vec![(1, 2 * k)], "key {k}");
+        }
+    }
+
+    /// A failed background snapshot fails the checkpoint with the file it failed on, and
+    /// the task with it at its next snapshot (or write); nothing is silently lost.
+    #[test]
+    fn a_failed_background_snapshot_is_reported() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = config(tmp.path());
+        let (key, mut ctx) = context(&cfg, &[]);
+        let mut value = ctx.value_state::<u64>("value").unwrap();
+        key.set(1);
+        value.set(1).unwrap();
+        // The local working directory disappears under the running job.
+        std::fs::remove_dir_all(&cfg.local_dir).unwrap();
+        let hooks = ctx.hooks();
+        let mut snap = hooks.borrow_mut().snapshot(CheckpointId(1)).unwrap();
+        let e = snap.resolve_files().unwrap_err().to_string();
+        assert!(
+            e.contains("ingest-1.sst") && e.contains("RocksDB create SST file"),
+            "{e}"
+        );
+        let e = hooks
+            .borrow_mut()
+            .snapshot(CheckpointId(2))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("writing the RocksDB snapshot of checkpoint 1 failed"),
+            "{e}"
+        );
     }
 }

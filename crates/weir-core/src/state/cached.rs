@@ -37,48 +37,122 @@ pub struct CachedTable<K, V> {
 
 /// The store key of `key` in table `name`.
 pub fn store_key<K: Key>(name: &str, key: &K, max_parallelism: usize) -> Result<Vec<u8>> {
-    let g = key_group(key, max_parallelism).0 as u16;
     let mut out = Vec::with_capacity(name.len() + 16);
-    out.extend_from_slice(&g.to_be_bytes());
-    out.extend_from_slice(name.as_bytes());
-    out.push(0);
-    codec::encode_into(key, &mut out)?;
+    store_key_into(name, key, max_parallelism, &mut out)?;
     Ok(out)
 }
 
-/// A store key and its encoded value (`None`: delete).
-type Entry = (Vec<u8>, Option<Vec<u8>>);
+fn store_key_into<K: Key>(
+    name: &str,
+    key: &K,
+    max_parallelism: usize,
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    let g = key_group(key, max_parallelism).0 as u16;
+    out.extend_from_slice(&g.to_be_bytes());
+    out.extend_from_slice(name.as_bytes());
+    out.push(0);
+    codec::encode_into(key, out)
+}
 
-/// Sorts a batch of one table's store keys (all `[group:2][name][0][key]`, the name part
-/// `name_end - 2` bytes long) into byte order. In that order the memtable's skip list finds
-/// each insert position next to the previous one; in the cache's hash order every insert
-/// searches from the top, which measured about 4.6× the instructions per key. Sorting the
-/// byte vectors directly spent as much again in comparisons and moves, so this sorts
-/// (group and first six key bytes as one integer, index) pairs and compares whole keys only
-/// on ties.
-fn in_key_order(batch: Vec<Entry>, name_end: usize) -> Vec<Entry> {
-    let prefix = |k: &[u8]| -> u64 {
-        let mut p = [0u8; 8];
-        p[..2].copy_from_slice(&k[..2]);
-        let rest = k.get(name_end..).unwrap_or_default();
-        let n = rest.len().min(6);
-        p[2..2 + n].copy_from_slice(&rest[..n]);
-        u64::from_be_bytes(p)
-    };
-    let mut order: Vec<(u64, u32)> = batch
-        .iter()
-        .enumerate()
-        .map(|(i, (k, _))| (prefix(k), i as u32))
-        .collect();
-    order.sort_unstable_by(|a, b| {
-        a.0.cmp(&b.0)
-            .then_with(|| batch[a.1 as usize].0.cmp(&batch[b.1 as usize].0))
-    });
-    let mut slots: Vec<Option<Entry>> = batch.into_iter().map(Some).collect();
-    order
-        .into_iter()
-        .map(|(_, i)| slots[i as usize].take().expect("each index once"))
-        .collect()
+/// Where one change lies in [`Changes::bytes`].
+struct Span {
+    key: usize,
+    value: usize,
+    end: usize,
+    delete: bool,
+}
+
+/// One table's changes since its last write-back: store keys with encoded values or
+/// deletes, in no particular order. Keys and values are encoded back to back into one
+/// buffer: two allocations per batch rather than two per entry, on the task thread that
+/// encodes them and on whichever thread frees them.
+pub struct Changes {
+    bytes: Vec<u8>,
+    spans: Vec<Span>,
+    /// Where the encoded key begins in each store key (after group, name and separator).
+    key_start: usize,
+}
+
+impl Changes {
+    fn new(key_start: usize) -> Self {
+        Changes {
+            bytes: Vec::new(),
+            spans: Vec::new(),
+            key_start,
+        }
+    }
+
+    /// Appends a change whose store key and value `encode` appends to the buffer, the
+    /// value starting at the offset it returns (`None`: a delete).
+    fn push_with(
+        &mut self,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<Option<usize>>,
+    ) -> Result<()> {
+        let key = self.bytes.len();
+        let value = encode(&mut self.bytes)?;
+        let end = self.bytes.len();
+        self.spans.push(Span {
+            key,
+            value: value.unwrap_or(end),
+            end,
+            delete: value.is_none(),
+        });
+        Ok(())
+    }
+
+    /// Number of changed keys.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// True when nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    fn key(&self, s: &Span) -> &[u8] {
+        &self.bytes[s.key..s.value]
+    }
+
+    /// The changes in byte order of their store keys: (store key, encoded value or `None`
+    /// for a delete).
+    ///
+    /// In that order RocksDB's memtable skip list finds each insert position next to the
+    /// previous one (in the cache's hash order every insert searched from the top, about
+    /// 4.6× the instructions per key), and an SST file can be built at all. Comparing
+    /// whole keys spent as much again in comparisons, so this sorts (group and first six
+    /// key bytes as one integer, index) pairs and compares whole keys only on ties.
+    pub fn sorted(&self) -> Vec<(&[u8], Option<&[u8]>)> {
+        let prefix = |k: &[u8]| -> u64 {
+            let mut p = [0u8; 8];
+            p[..2].copy_from_slice(&k[..2]);
+            let rest = k.get(self.key_start..).unwrap_or_default();
+            let n = rest.len().min(6);
+            p[2..2 + n].copy_from_slice(&rest[..n]);
+            u64::from_be_bytes(p)
+        };
+        let mut order: Vec<(u64, u32)> = self
+            .spans
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (prefix(self.key(s)), i as u32))
+            .collect();
+        order.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0).then_with(|| {
+                self.key(&self.spans[a.1 as usize])
+                    .cmp(self.key(&self.spans[b.1 as usize]))
+            })
+        });
+        order
+            .into_iter()
+            .map(|(_, i)| {
+                let s = &self.spans[i as usize];
+                let value = (!s.delete).then(|| &self.bytes[s.value..s.end]);
+                (self.key(s), value)
+            })
+            .collect()
+    }
 }
 
 impl<K: Key, V: Data> CachedTable<K, V> {
@@ -143,6 +217,8 @@ impl<K: Key, V: Data> CachedTable<K, V> {
     fn make_room(&mut self) -> Result<()> {
         if self.map.len() >= self.capacity {
             self.flush()?;
+            // Clean entries may hold values a background snapshot is still writing.
+            self.store.settle()?;
             let mut keep = self.capacity / 2;
             self.map.retain(|_, slot| {
                 let stays = slot.used && keep > 0;
@@ -156,18 +232,30 @@ impl<K: Key, V: Data> CachedTable<K, V> {
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<()> {
-        let mut batch = Vec::new();
+    /// Encodes the changed entries and marks them clean.
+    fn take_changes(&mut self) -> Result<Changes> {
+        let mut changes = Changes::new(self.name.len() + 3);
+        let (name, max_parallelism) = (&self.name, self.max_parallelism);
         for (k, slot) in self.map.iter_mut().filter(|(_, s)| s.dirty) {
-            let value = match &slot.value {
-                Some(v) => Some(codec::encode(v)?),
-                None => None,
-            };
-            batch.push((store_key(&self.name, k, self.max_parallelism)?, value));
+            changes.push_with(|buf| {
+                store_key_into(name, k, max_parallelism, buf)?;
+                let Some(v) = &slot.value else {
+                    return Ok(None);
+                };
+                let start = buf.len();
+                codec::encode_into(v, buf)?;
+                Ok(Some(start))
+            })?;
             slot.dirty = false;
         }
-        if !batch.is_empty() {
-            self.store.write(in_key_order(batch, self.name.len() + 3))?;
+        Ok(changes)
+    }
+
+    /// Writes the changed entries to the store.
+    fn flush(&mut self) -> Result<()> {
+        let changes = self.take_changes()?;
+        if !changes.is_empty() {
+            self.store.write(&changes)?;
         }
         Ok(())
     }
@@ -194,8 +282,8 @@ impl<K: Key, V: Data> StateTableInfo for Info<CachedTable<K, V>> {
     fn is_persistent(&self) -> bool {
         true
     }
-    fn flush(&self) -> Result<()> {
-        self.0.borrow_mut().flush()
+    fn take_changes(&self) -> Result<Option<Changes>> {
+        self.0.borrow_mut().take_changes().map(Some)
     }
 }
 
@@ -313,12 +401,12 @@ mod tests {
             self.gets.set(self.gets.get() + 1);
             Ok(self.data.borrow().get(key).cloned())
         }
-        fn write(&self, batch: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<()> {
+        fn write(&self, changes: &Changes) -> Result<()> {
             let mut d = self.data.borrow_mut();
-            for (k, v) in batch {
+            for (k, v) in changes.sorted() {
                 match v {
-                    Some(v) => d.insert(k, v),
-                    None => d.remove(&k),
+                    Some(v) => d.insert(k.to_vec(), v.to_vec()),
+                    None => d.remove(k),
                 };
             }
             Ok(())
@@ -412,9 +500,25 @@ mod tests {
                     (key, (i % 3 != 0).then(|| vec![i as u8]))
                 })
                 .collect();
+            let mut changes = Changes::new(name.len() + 3);
+            for (k, v) in &batch {
+                changes.push_with(|buf| {
+                    buf.extend_from_slice(k);
+                    let start = buf.len();
+                    Ok(v.as_ref().map(|v| {
+                        buf.extend_from_slice(v);
+                        start
+                    }))
+                }).unwrap();
+            }
             let mut want = batch.clone();
             want.sort();
-            prop_assert_eq!(in_key_order(batch, name.len() + 3), want);
+            let got: Vec<(Vec<u8>, Option<Vec<u8>>)> = changes
+                .sorted()
+                .into_iter()
+                .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
+                .collect();
+            prop_assert_eq!(got, want);
         }
     }
 }

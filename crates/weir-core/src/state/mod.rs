@@ -12,7 +12,7 @@
 mod cached;
 mod heap;
 
-pub use cached::{CachedTable, store_key};
+pub use cached::{CachedTable, Changes, store_key};
 
 pub use heap::{
     HeapListTable, HeapMapTable, HeapValueTable, decode_key_groups, encode_by_key_group,
@@ -36,6 +36,7 @@ impl Checkpointed for BackendHooks {
             operator: None,
             description: None,
             files: s.files,
+            deferred: s.deferred.into_iter().collect(),
         })
     }
 }
@@ -84,9 +85,10 @@ pub trait StateTableInfo {
     fn is_persistent(&self) -> bool {
         false
     }
-    /// Writes cached changes to the persistent store (persistent tables only).
-    fn flush(&self) -> Result<()> {
-        Ok(())
+    /// Hands over the changes cached since the last write-back (persistent tables only):
+    /// the backend writes them into its store as part of a snapshot.
+    fn take_changes(&self) -> Result<Option<Changes>> {
+        Ok(None)
     }
 }
 
@@ -118,20 +120,27 @@ pub struct BackendSnapshot {
     pub keyed: BTreeMap<String, KeyGroupBlobs>,
     /// Files of the persistent store.
     pub files: Vec<crate::checkpoint::LocalFile>,
+    /// Files of the persistent store still being written in the background.
+    pub deferred: Option<crate::checkpoint::DeferredFiles>,
 }
 
 /// A persistent, ordered byte store (RocksDB) under the state backend.
 pub trait KvStore {
     /// The value under `key`.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
-    /// Applies puts (`Some`) and deletes (`None`) atomically. Callers pass the batch in
-    /// key order where they can: an ordered store (RocksDB's memtable skip list) then
-    /// finds each insert position next to the previous one.
-    fn write(&self, batch: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<()>;
+    /// Applies a table's changes (puts and deletes) atomically; [`Changes::sorted`] gives
+    /// them in key order.
+    fn write(&self, changes: &Changes) -> Result<()>;
     /// Number of key groups (keys are prefixed by their key group).
     fn max_parallelism(&self) -> usize;
     /// Entries each table keeps in its write-back cache.
     fn cache_capacity(&self) -> usize;
+    /// Waits until a snapshot's writes still running in the background have reached the
+    /// store (and fails if they failed). Caches call this before they evict entries, whose
+    /// values may not be in the store until then.
+    fn settle(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 type SharedBackend = Rc<RefCell<Box<dyn KeyedStateBackend>>>;

@@ -586,13 +586,20 @@ fn start_attempt(
                     TaskEvent::Ack {
                         task,
                         id,
-                        snapshot,
+                        mut snapshot,
                         alignment,
                         sync,
                     } => {
                         let ((h, s), _, _) = &keys[task];
                         let mut files = Vec::new();
                         let mut ok = true;
+                        // The backend's asynchronous part may still be writing its files.
+                        for snap in snapshot.values_mut() {
+                            if let Err(e) = snap.resolve_files() {
+                                tracing::warn!(error = %e, "a state backend snapshot failed");
+                                ok = false;
+                            }
+                        }
                         for f in snapshot.values().flat_map(|s| &s.files) {
                             if f.shared && sent_shared.contains(&f.name) {
                                 continue;
