@@ -60,7 +60,10 @@ pub struct LocalFile {
 /// assert_eq!(files.wait().unwrap()[0].name, "a.sst");
 /// ```
 #[derive(Clone, Default)]
-pub struct DeferredFiles(Arc<(Mutex<Option<Result<Vec<LocalFile>>>>, Condvar)>);
+pub struct DeferredFiles(Arc<(Mutex<Outcome>, Condvar)>);
+
+/// What a background snapshot produced, once it has.
+type Outcome = Option<Result<Vec<LocalFile>>>;
 
 impl DeferredFiles {
     /// Publishes the outcome and wakes the waiters.

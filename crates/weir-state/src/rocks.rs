@@ -221,6 +221,9 @@ impl RocksStore {
     }
 }
 
+/// One table's changes in key order: (store key, encoded value or `None` for a delete).
+type SortedRun<'a> = Vec<(&'a [u8], Option<&'a [u8]>)>;
+
 /// The background part of a snapshot.
 struct SnapshotJob {
     db: Arc<rocksdb::DB>,
@@ -249,7 +252,7 @@ impl SnapshotJob {
     ///
     /// Building the file here, rather than writing the batch into the memtable and
     /// flushing it, skips the memtable's skip-list inserts and its flush.
-    fn ingest(&self, tables: &[Vec<(&[u8], Option<&[u8]>)>]) -> Result<()> {
+    fn ingest(&self, tables: &[SortedRun<'_>]) -> Result<()> {
         let path = self.root.join(format!("ingest-{}.sst", self.id.0));
         let mut opts = rocksdb::Options::default();
         // Level 0 and 1 are not compressed (see `RocksStore::open`); same filter as there.
