@@ -19,6 +19,9 @@
 //! - `--state rocksdb|memory` picks the keyed state backend. The default is rocksdb (files
 //!   checkpointed incrementally) when the example is built with `--features rocksdb`, and
 //!   memory otherwise (the quickstart's crate builds without RocksDB by default).
+//! - `--state-cache-entries N` (rocksdb only) sets how many entries the RocksDB backend's
+//!   write-back cache keeps per state and subtask (default 1,048,576); a small cache makes
+//!   the job write back and evict between checkpoints, as a state larger than memory does.
 //! - `--from-savepoint PATH` starts from a savepoint (or a specific checkpoint) instead of
 //!   the latest checkpoint in CKDIR. Take a savepoint of a running job with
 //!   `weir savepoint trigger CKDIR`, or stop it with one with `weir savepoint stop CKDIR`
@@ -96,6 +99,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
     let mut parallelism = 1;
     let mut max_rate = None;
     let mut from_savepoint = None;
+    let mut cache_entries: Option<usize> = None;
     // RocksDB when this example is built with the `rocksdb` feature, the heap otherwise.
     let mut state = BackendKind::parse(if cfg!(feature = "rocksdb") {
         "rocksdb"
@@ -143,11 +147,14 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
             "--max-rate" => max_rate = Some(value()?.parse().context("--max-rate")?),
             "--from-savepoint" => from_savepoint = Some(PathBuf::from(value()?)),
             "--state" => state = BackendKind::parse(&value()?)?,
+            "--state-cache-entries" => {
+                cache_entries = Some(value()?.parse().context("--state-cache-entries")?)
+            }
             "-h" | "--help" => {
                 println!(
                     "usage: file_sum --input IN --output OUTDIR --checkpoint-dir CKDIR \
                      [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
-                     [--from-savepoint PATH] [--state rocksdb|memory]\n       \
+                     [--from-savepoint PATH] [--state rocksdb|memory] [--state-cache-entries N]\n       \
                      file_sum --cluster coordinator --listen HOST:PORT --workers N \
                      [--heartbeat-timeout-ms MS] <job flags>\n       \
                      file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS]"
@@ -156,6 +163,9 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
             }
             other => bail!("unknown flag {other}; see --help"),
         }
+    }
+    if let Some(n) = cache_entries {
+        state = with_cache_entries(state, n)?;
     }
     let role = match role.as_deref() {
         None => Role::Alone,
@@ -199,6 +209,24 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         from_savepoint,
         state,
     })
+}
+
+/// The backend with a write-back cache of `n` entries per state (RocksDB only).
+fn with_cache_entries(state: BackendKind, n: usize) -> anyhow::Result<BackendKind> {
+    if n == 0 {
+        bail!("--state-cache-entries must be at least 1");
+    }
+    match state {
+        #[cfg(feature = "rocksdb")]
+        BackendKind::RocksDb(mut cfg) => {
+            cfg.cache_entries = n;
+            Ok(BackendKind::RocksDb(cfg))
+        }
+        other => bail!(
+            "--state-cache-entries applies to the rocksdb state backend only, not to `{}`",
+            other.name()
+        ),
+    }
 }
 
 /// Keeps a running sum per key and emits it after every record.

@@ -32,6 +32,8 @@ pub struct Scenario {
     pub checkpoints: PathBuf,
     /// Expected running sums per key, in input order.
     pub expected: BTreeMap<String, Vec<i64>>,
+    /// More `file_sum` flags, given to every run.
+    pub extra_args: Vec<String>,
 }
 
 impl Scenario {
@@ -61,6 +63,7 @@ impl Scenario {
             output,
             checkpoints,
             expected,
+            extra_args: Vec::new(),
         }
     }
 
@@ -84,6 +87,7 @@ impl Scenario {
         if let Some(r) = max_rate {
             c.arg("--max-rate").arg(r.to_string());
         }
+        c.args(&self.extra_args);
         c
     }
 

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 /// Kills `file_sum` at `kills` random moments (30–330 ms into each run), restarting it each
 /// time, then lets it finish; every kill must land while the job is still running.
-fn random_kills(parallelism: usize, seed: u64) {
-    let s = Scenario::new(40_000, 40, seed);
+fn random_kills(parallelism: usize, seed: u64, extra_args: &[&str]) {
+    let mut s = Scenario::new(40_000, 40, seed);
+    s.extra_args = extra_args.iter().map(|a| a.to_string()).collect();
     let mut rng = Rng::new(seed ^ 0xC0FFEE);
     let kills = 20 * soak_factor();
     let mut landed = 0;
@@ -51,12 +52,19 @@ fn random_kills(parallelism: usize, seed: u64) {
 
 #[test]
 fn sigkill_at_random_moments_parallelism_1() {
-    random_kills(1, 1);
+    random_kills(1, 1, &[]);
 }
 
 #[test]
 fn sigkill_at_random_moments_parallelism_2() {
-    random_kills(2, 2);
+    random_kills(2, 2, &[]);
+}
+
+/// With 4 cache entries per state for 40 keys, RocksDB state is written back and evicted
+/// all the time between checkpoints, also while a checkpoint's background write runs.
+#[test]
+fn sigkill_at_random_moments_with_a_tiny_rocksdb_cache() {
+    random_kills(2, 3, &["--state", "rocksdb", "--state-cache-entries", "4"]);
 }
 
 const FAIL_POINTS: [&str; 5] = [
@@ -210,6 +218,27 @@ fn a_malformed_line_fails_the_job_with_the_line() {
         err.contains("operator 'parse'"),
         "the error does not name the operator:\n{err}"
     );
+}
+
+#[test]
+fn a_state_cache_size_needs_the_rocksdb_backend() {
+    let mut s = Scenario::new(10, 2, 9);
+    for (args, want) in [
+        (
+            ["--state", "memory", "--state-cache-entries", "4"],
+            "--state-cache-entries applies to the rocksdb state backend only, not to `memory`",
+        ),
+        (
+            ["--state", "rocksdb", "--state-cache-entries", "0"],
+            "--state-cache-entries must be at least 1",
+        ),
+    ] {
+        s.extra_args = args.iter().map(|a| a.to_string()).collect();
+        let out = s.command(1, None, 20).output().expect("run file_sum");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} must be refused");
+        assert!(err.contains(want), "unclear error for {args:?}:\n{err}");
+    }
 }
 
 /// Runs file_sum on `from`, kills it once a checkpoint exists, and reruns it to the end on
