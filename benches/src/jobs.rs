@@ -213,13 +213,14 @@ pub fn recovery(
     }
     let env = recovery_env(parallelism, dir);
     recovery_pipeline(&env, keys, value_bytes);
-    let build = env.execute("recovery-build")?;
+    // One job name for both runs: a job resumes only from its own checkpoints.
+    let build = env.execute("recovery")?;
     let checkpoint_bytes = dir_bytes(dir);
     // The second run resumes from the final checkpoint: the generator is exhausted, so the
     // run's duration is the restore (copy from storage, load the key groups) plus start-up.
     let env = recovery_env(parallelism, dir);
     recovery_pipeline(&env, keys, value_bytes);
-    let restore = env.execute("recovery-restore")?;
+    let restore = env.execute("recovery")?;
     Ok(serde_json::json!({
         "job": "recovery",
         "keys": keys,
