@@ -2,25 +2,11 @@
 //! that the benchmark cannot silently measure a broken run, its `results` must equal the
 //! single-process run's for the same flags, and a failing run must leave no worker behind.
 
+mod support;
+
 use serde_json::Value;
 use std::process::Command;
-
-fn bench(args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
-        .args(args)
-        .output()
-        .expect("weir-bench starts");
-    assert!(
-        out.status.success(),
-        "weir-bench {args:?} failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout).expect("UTF-8 output");
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 1, "one JSON line, got {stdout:?}");
-    serde_json::from_str(lines[0]).expect("a JSON line")
-}
+use support::bench;
 
 /// Runs keyed-sum alone and on `workers` worker processes with the same job flags and
 /// checks that both emitted the same records.

@@ -67,6 +67,9 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
 
+/// Bloom filter bits per key of every SST file: the database's own and the ingested ones.
+const BLOOM_BITS_PER_KEY: f64 = 10.0;
+
 /// One RocksDB instance.
 pub struct RocksStore {
     db: Option<Arc<rocksdb::DB>>,
@@ -120,7 +123,7 @@ impl RocksStore {
         // Keyed state reads many keys that do not exist yet (the first record of every
         // key): bloom filters answer those without reading data blocks, in the memtable
         // and in every SST file.
-        table.set_bloom_filter(10.0, false);
+        table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
         opts.set_memtable_whole_key_filtering(true);
         opts.set_memtable_prefix_bloom_ratio(0.1);
         opts.set_block_based_table_factory(&table);
@@ -258,7 +261,7 @@ impl SnapshotJob {
         // Level 0 and 1 are not compressed (see `RocksStore::open`); same filter as there.
         opts.set_compression_type(rocksdb::DBCompressionType::None);
         let mut table = rocksdb::BlockBasedOptions::default();
-        table.set_bloom_filter(10.0, false);
+        table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
         opts.set_block_based_table_factory(&table);
         let mut writer = rocksdb::SstFileWriter::create(&opts);
         writer

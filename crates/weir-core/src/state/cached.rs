@@ -216,9 +216,10 @@ impl<K: Key, V: Data> CachedTable<K, V> {
     /// not used since the last eviction, and more if those used fill over half the cache.
     fn make_room(&mut self) -> Result<()> {
         if self.map.len() >= self.capacity {
-            self.flush()?;
-            // Clean entries may hold values a background snapshot is still writing.
+            // Clean entries may hold values a background snapshot is still writing, and
+            // the store takes no newer value before that snapshot is done.
             self.store.settle()?;
+            self.flush()?;
             let mut keep = self.capacity / 2;
             self.map.retain(|_, slot| {
                 let stays = slot.used && keep > 0;
