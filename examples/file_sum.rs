@@ -26,6 +26,8 @@
 //!   the latest checkpoint in CKDIR. Take a savepoint of a running job with
 //!   `weir savepoint trigger CKDIR`, or stop it with one with `weir savepoint stop CKDIR`
 //!   (the job then exits 0 and prints the savepoint's path).
+//! - If CKDIR holds checkpoints but none of them can be restored (all corrupt), the job
+//!   fails naming each one; `--start-fresh-if-unusable` starts from scratch instead.
 //! - Exits 0 once the input is consumed and the final checkpoint has committed everything;
 //!   a malformed line fails the job with the line's content and number.
 //!
@@ -80,6 +82,7 @@ struct Args {
     parallelism: usize,
     max_rate: Option<u64>,
     from_savepoint: Option<PathBuf>,
+    start_fresh_if_unusable: bool,
     state: BackendKind,
 }
 
@@ -99,6 +102,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
     let mut parallelism = 1;
     let mut max_rate = None;
     let mut from_savepoint = None;
+    let mut start_fresh_if_unusable = false;
     let mut cache_entries: Option<usize> = None;
     // RocksDB when this example is built with the `rocksdb` feature, the heap otherwise.
     let mut state = BackendKind::parse(if cfg!(feature = "rocksdb") {
@@ -146,6 +150,10 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
             "--parallelism" => parallelism = value()?.parse().context("--parallelism")?,
             "--max-rate" => max_rate = Some(value()?.parse().context("--max-rate")?),
             "--from-savepoint" => from_savepoint = Some(PathBuf::from(value()?)),
+            "--start-fresh-if-unusable" => {
+                start_fresh_if_unusable = true;
+                job_args.push(flag.clone());
+            }
             "--state" => state = BackendKind::parse(&value()?)?,
             "--state-cache-entries" => {
                 cache_entries = Some(value()?.parse().context("--state-cache-entries")?)
@@ -154,7 +162,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                 println!(
                     "usage: file_sum --input IN --output OUTDIR --checkpoint-dir CKDIR \
                      [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
-                     [--from-savepoint PATH] [--state rocksdb|memory] [--state-cache-entries N]\n       \
+                     [--from-savepoint PATH] [--start-fresh-if-unusable] [--state rocksdb|memory] [--state-cache-entries N]\n       \
                      file_sum --cluster coordinator --listen HOST:PORT --workers N \
                      [--heartbeat-timeout-ms MS] <job flags>\n       \
                      file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS]"
@@ -192,6 +200,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                 parallelism,
                 max_rate,
                 from_savepoint,
+                start_fresh_if_unusable,
                 state,
             });
         }
@@ -207,6 +216,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         parallelism,
         max_rate,
         from_savepoint,
+        start_fresh_if_unusable,
         state,
     })
 }
@@ -307,6 +317,7 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
     let mut checkpoints = CheckpointConfig::new(&args.checkpoint_dir)
         .interval(Duration::from_millis(args.interval_ms));
     checkpoints.restore_from = args.from_savepoint.clone();
+    checkpoints.start_fresh_if_unusable = args.start_fresh_if_unusable;
     let mut env = Env::new()
         .parallelism(args.parallelism)
         .state_backend(args.state.clone())

@@ -23,7 +23,11 @@
 //! More options: `--checkpoint-timeout-ms MS` (default 30000), `--transaction-timeout-ms MS`
 //! (default 60000; must cover interval + checkpoint timeout and stay within the broker's
 //! `transaction.max.timeout.ms`), `--transactional-id-prefix NAME` (default `kafka_sum`),
-//! `--at-least-once`, `--state memory|rocksdb` (rocksdb needs the `rocksdb` feature).
+//! `--at-least-once`, `--state memory|rocksdb` (rocksdb needs the `rocksdb` feature),
+//! `--from-savepoint PATH` (start from a savepoint, e.g. one taken with
+//! `weir savepoint stop CKDIR`, instead of the newest checkpoint in CKDIR),
+//! `--start-fresh-if-unusable` (start from scratch when CKDIR holds checkpoints but none can
+//! be restored; by default the job fails naming each).
 //!
 //! A broker for trying it: `scripts/kafka.sh start` (see README).
 
@@ -47,6 +51,8 @@ struct Args {
     dead_letter: Option<String>,
     at_least_once: bool,
     state: BackendKind,
+    from_savepoint: Option<PathBuf>,
+    start_fresh_if_unusable: bool,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -63,6 +69,8 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut dead_letter = None;
     let mut at_least_once = false;
     let mut state = BackendKind::parse("memory")?;
+    let mut from_savepoint = None;
+    let mut start_fresh_if_unusable = false;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -86,13 +94,16 @@ fn parse_args() -> anyhow::Result<Args> {
             "--dead-letter-topic" => dead_letter = Some(value()?),
             "--at-least-once" => at_least_once = true,
             "--state" => state = BackendKind::parse(&value()?)?,
+            "--from-savepoint" => from_savepoint = Some(PathBuf::from(value()?)),
+            "--start-fresh-if-unusable" => start_fresh_if_unusable = true,
             "-h" | "--help" => {
                 println!(
                     "usage: kafka_sum --brokers HOST:PORT --input-topic IN --output-topic OUT \
                      --checkpoint-dir CKDIR [--checkpoint-interval-ms MS] [--parallelism P] \
                      [--bounded] [--checkpoint-timeout-ms MS] [--transaction-timeout-ms MS] \
                      [--transactional-id-prefix NAME] [--dead-letter-topic DLQ] \
-                     [--at-least-once] [--state memory|rocksdb]"
+                     [--at-least-once] [--state memory|rocksdb] [--from-savepoint PATH] \
+                     [--start-fresh-if-unusable]"
                 );
                 std::process::exit(0);
             }
@@ -113,6 +124,8 @@ fn parse_args() -> anyhow::Result<Args> {
         dead_letter,
         at_least_once,
         state,
+        from_savepoint,
+        start_fresh_if_unusable,
     })
 }
 
@@ -161,6 +174,8 @@ fn main() -> anyhow::Result<()> {
     let mut checkpoints = CheckpointConfig::new(&args.checkpoint_dir)
         .interval(Duration::from_millis(args.interval_ms));
     checkpoints.timeout = Duration::from_millis(args.checkpoint_timeout_ms);
+    checkpoints.restore_from = args.from_savepoint.clone();
+    checkpoints.start_fresh_if_unusable = args.start_fresh_if_unusable;
     let env = Env::new()
         .parallelism(args.parallelism)
         .state_backend(args.state.clone())

@@ -28,6 +28,6 @@ pub use kind::CheckpointKind;
 pub use storage::{
     CheckpointInfo, CheckpointStorage, CheckpointWriter, DEFAULT_RETAINED, FileEntry,
     LatestComplete, LoadedCheckpoint, Manifest, ManifestStats, OperatorManifest, RetainReport,
-    SkippedCheckpoint, SubtaskManifest,
+    STOP_RECORD, SkippedCheckpoint, StopRecord, SubtaskManifest,
 };
 pub use weir_core::ids::CheckpointId;

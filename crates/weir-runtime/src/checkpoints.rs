@@ -52,6 +52,7 @@ pub(crate) fn write_checkpoint(
     max_parallelism: usize,
     id: CheckpointId,
     kind: CheckpointKind,
+    stops_job: bool,
     acks: Vec<(TaskKey, BTreeMap<String, OperatorSnapshot>)>,
     stats: &weir_checkpoint::CheckpointStats,
     shared: &mut HashMap<String, FileEntry>,
@@ -116,6 +117,7 @@ pub(crate) fn write_checkpoint(
         .map(|f| f.size)
         .sum::<u64>();
     let mut manifest = Manifest::new(job_name, id, kind, max_parallelism);
+    manifest.stops_job = stops_job;
     manifest.stats = stats.into();
     manifest.stats.bytes = written;
     manifest.stats.full_bytes = full;
@@ -126,13 +128,26 @@ pub(crate) fn write_checkpoint(
             o
         })
         .collect();
-    writer.finish(manifest).map_err(storage_err)
+    let path = writer.finish(manifest).map_err(storage_err)?;
+    if stops_job {
+        // The sinks commit up to this savepoint next: no older point of this directory may
+        // be restored afterwards, even when the savepoint is moved away.
+        storage.record_stop(id, &path).map_err(storage_err)?;
+    }
+    Ok(path)
 }
 
-/// Finds the checkpoint to restore from: the explicit path, or the latest complete one.
+/// Finds the checkpoint to restore from: the explicit path, or the latest complete recovery
+/// point of the directory (a checkpoint, or a savepoint that stopped the job).
+///
+/// Never starts over silently: when the directory holds complete checkpoints and none of
+/// them verifies, it fails naming each one and why, unless `start_fresh_if_unusable`; and
+/// when the job last stopped with a savepoint that is no longer among the recovery points,
+/// it fails naming that savepoint, since an older point would replay committed output.
 pub(crate) fn find_restore(
     storage: &CheckpointStorage,
     explicit: Option<&Path>,
+    start_fresh_if_unusable: bool,
 ) -> Result<Option<(Manifest, PathBuf)>> {
     if let Some(p) = explicit {
         let m = storage.load(p).map_err(storage_err)?;
@@ -149,6 +164,50 @@ pub(crate) fn find_restore(
             "[weir] skipping corrupt checkpoint {}: {}",
             s.path.display(),
             s.error
+        );
+    }
+    let found = latest.checkpoint.as_ref().map(|c| c.manifest.checkpoint_id);
+    if let Some(stop) = storage.stop_record().map_err(storage_err)?
+        && found.is_none_or(|id| id < stop.checkpoint_id)
+    {
+        let instead = match &latest.checkpoint {
+            Some(c) => format!(
+                "only checkpoint {} ({})",
+                c.manifest.checkpoint_id,
+                c.path.display()
+            ),
+            None => "no checkpoint that can be restored".to_string(),
+        };
+        return Err(Error::Config(format!(
+            "the job last stopped with savepoint {} ({}), and its sinks committed output up to it,              but checkpoint directory {} now holds {instead}{}: restoring an older point would              write that output again. Resume from that savepoint or a copy of it (restore_from,              file_sum --from-savepoint PATH)",
+            stop.checkpoint_id,
+            stop.path.display(),
+            storage.dir().display(),
+            if stop.path.join("_metadata").exists() {
+                " (the savepoint does not verify)"
+            } else {
+                ""
+            },
+        )));
+    }
+    if latest.checkpoint.is_none() && !latest.skipped.is_empty() {
+        let each: Vec<String> = latest
+            .skipped
+            .iter()
+            .map(|s| format!("  {}: {}", s.path.display(), s.error))
+            .collect();
+        if !start_fresh_if_unusable {
+            return Err(Error::Config(format!(
+                "checkpoint directory {} holds {} complete checkpoint(s), and none can be restored:\n{}\n                 Starting from scratch would process the input again and duplicate what the sinks                  already committed. Restore a savepoint explicitly (restore_from), or, to start from                  scratch anyway, set CheckpointConfig::start_fresh_if_unusable (file_sum                  --start-fresh-if-unusable)",
+                storage.dir().display(),
+                latest.skipped.len(),
+                each.join("\n")
+            )));
+        }
+        eprintln!(
+            "[weir] no checkpoint in {} can be restored; starting from scratch as configured              (start_fresh_if_unusable):\n{}",
+            storage.dir().display(),
+            each.join("\n")
         );
     }
     Ok(latest.checkpoint.map(|c| (c.manifest, c.path)))

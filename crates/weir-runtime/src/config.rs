@@ -66,6 +66,11 @@ pub struct CheckpointConfig {
     pub exactly_once: bool,
     /// Restore from this checkpoint or savepoint instead of the latest one in `dir`.
     pub restore_from: Option<PathBuf>,
+    /// Start from scratch when `dir` holds complete checkpoints but none of them verifies.
+    /// Off by default: such a job fails, naming each checkpoint and why it cannot be
+    /// restored, since starting over would process the input again and duplicate what the
+    /// sinks committed.
+    pub start_fresh_if_unusable: bool,
     /// Restarts after a failure inside a running job.
     pub restart: RestartStrategy,
 }
@@ -102,6 +107,7 @@ impl CheckpointConfig {
             retain: 3,
             exactly_once: true,
             restore_from: None,
+            start_fresh_if_unusable: false,
             restart: RestartStrategy::default(),
         }
     }

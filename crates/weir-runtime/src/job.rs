@@ -104,6 +104,8 @@ impl CheckpointMetrics {
 struct WriteJob {
     id: CheckpointId,
     kind: CheckpointKind,
+    /// A savepoint that stops the job: a recovery point of its directory.
+    stops_job: bool,
     acks: Vec<(TaskKey, Snapshots)>,
     stats: weir_checkpoint::CheckpointStats,
 }
@@ -132,6 +134,7 @@ impl CheckpointWriter {
                 for WriteJob {
                     id,
                     kind,
+                    stops_job,
                     acks,
                     stats,
                 } in rx
@@ -147,6 +150,7 @@ impl CheckpointWriter {
                             max_parallelism,
                             id,
                             kind,
+                            stops_job,
                             acks,
                             &stats,
                             &mut shared,
@@ -177,6 +181,7 @@ impl CheckpointWriter {
         &self,
         id: CheckpointId,
         kind: CheckpointKind,
+        stops_job: bool,
         acks: Vec<(TaskKey, Snapshots)>,
         stats: weir_checkpoint::CheckpointStats,
     ) -> std::result::Result<(), String> {
@@ -184,6 +189,7 @@ impl CheckpointWriter {
             .send(WriteJob {
                 id,
                 kind,
+                stops_job,
                 acks,
                 stats,
             })
@@ -423,8 +429,14 @@ pub(crate) fn run_with(
         let mut restore = None;
         let mut first_id = CheckpointId(1);
         if let Some(storage) = &storage {
-            if let Some((manifest, path)) = checkpoints::find_restore(storage, explicit.as_deref())?
-            {
+            if let Some((manifest, path)) = checkpoints::find_restore(
+                storage,
+                explicit.as_deref(),
+                job.cfg
+                    .checkpoint
+                    .as_ref()
+                    .is_some_and(|c| c.start_fresh_if_unusable),
+            )? {
                 // A checkpoint directory belongs to one job: resuming another job's
                 // checkpoint by accident would mix its state into this one. An explicit
                 // restore path (a savepoint) may come from a job of another name.
@@ -444,9 +456,15 @@ pub(crate) fn run_with(
                 tracing::info!(checkpoint = %manifest.checkpoint_id, path = %path.display(), "restoring");
                 restore = Some((manifest, path));
             }
+            // Checkpoint ids never repeat within a job's lineage: above everything in this
+            // directory, and above the checkpoint or savepoint restored (which may come from
+            // another directory). Sinks name committed output by checkpoint id.
             first_id = storage
                 .next_id()
                 .map_err(|e| Error::Config(e.to_string()))?;
+            if let Some((manifest, _)) = &restore {
+                first_id = first_id.max(CheckpointId(manifest.checkpoint_id.0.saturating_add(1)));
+            }
         }
         let outcome = match executor.launch(&job, storage.as_ref(), restore.as_ref()) {
             Ok(launched) => run_attempt(name, &job, storage.as_ref(), launched, first_id, started),
@@ -892,17 +910,27 @@ fn run_attempt(
                     stats,
                 } => {
                     let writer = writer.as_ref().expect("checkpointing has a writer");
-                    if let Err(e) = writer.write(id, kind, acks, stats) {
+                    let stops_job =
+                        kind == CheckpointKind::Savepoint && stop_after.is_some_and(|s| id >= s);
+                    if let Err(e) = writer.write(id, kind, stops_job, acks, stats) {
                         queue.extend(c.completion_failed(Instant::now(), id, e));
                     }
                 }
                 Action::Notify { id, kind } => {
-                    completed = Some(id);
                     completed_count += 1;
-                    for t in &running {
-                        t.commands.send(TaskCommand::Complete(id));
+                    let stops =
+                        kind == CheckpointKind::Savepoint && stop_after.is_some_and(|s| id >= s);
+                    // An intermediate savepoint commits nothing (decision 0017): its epoch is
+                    // committed by the next checkpoint, so a crash after it resumes from the
+                    // last checkpoint without output that no checkpoint covers. A savepoint
+                    // that stops the job commits, and is a recovery point of its directory.
+                    if kind != CheckpointKind::Savepoint || stops {
+                        completed = Some(id);
+                        for t in &running {
+                            t.commands.send(TaskCommand::Complete(id));
+                        }
                     }
-                    if kind == CheckpointKind::Savepoint && stop_after.is_some_and(|s| id >= s) {
+                    if stops {
                         // Tasks handle commands in order: they commit, then stop.
                         stopped = true;
                         for t in &running {

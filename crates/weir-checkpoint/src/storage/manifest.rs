@@ -111,6 +111,12 @@ pub struct Manifest {
     /// Every operator's snapshot.
     #[serde(default)]
     pub operators: Vec<OperatorManifest>,
+    /// True for a savepoint that stopped the job (stop-with-savepoint): its sinks committed
+    /// their output up to it, so it is a recovery point of the directory it was written to,
+    /// like a checkpoint. Intermediate savepoints commit nothing and are restored only by
+    /// path.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stops_job: bool,
 }
 
 impl Manifest {
@@ -130,6 +136,7 @@ impl Manifest {
             max_parallelism,
             stats: ManifestStats::default(),
             operators: Vec::new(),
+            stops_job: false,
         }
     }
 

@@ -60,12 +60,14 @@
 mod layout;
 mod manifest;
 mod retain;
+mod stop;
 mod writer;
 
 pub use manifest::{
     FORMAT_VERSION, FileEntry, Manifest, ManifestStats, OperatorManifest, SubtaskManifest,
 };
 pub use retain::{DEFAULT_RETAINED, RetainReport};
+pub use stop::{STOP_RECORD, StopRecord};
 pub use writer::CheckpointWriter;
 
 use crate::error::{Error, Result};
@@ -251,15 +253,25 @@ impl CheckpointStorage {
         Ok(manifest)
     }
 
-    /// The newest complete checkpoint (`chk-` directories only; savepoints are restored by
-    /// path) whose files all verify. Newer ones that are corrupt (unparsable, inconsistent or
-    /// with a bad file) are skipped with a warning and listed in
-    /// [`LatestComplete::skipped`]. An operating-system error (e.g. permission denied) is
-    /// returned instead of skipping, since it does not prove the checkpoint bad.
+    /// The newest complete recovery point whose files all verify: a checkpoint (`chk-`
+    /// directory), or a savepoint that stopped the job ([`Manifest::stops_job`]; its sinks
+    /// committed up to it). Intermediate savepoints commit nothing and are restored only by
+    /// path. Newer candidates that are corrupt (unparsable, inconsistent or with a bad file)
+    /// are skipped with a warning and listed in [`LatestComplete::skipped`]. An
+    /// operating-system error (e.g. permission denied) is returned instead of skipping,
+    /// since it does not prove the checkpoint bad.
     pub fn latest_complete(&self) -> Result<LatestComplete> {
         let mut skipped = Vec::new();
         let candidates = self.list()?.into_iter().rev();
-        for info in candidates.filter(|c| c.complete && !c.kind.is_savepoint()) {
+        for info in candidates.filter(|c| c.complete) {
+            if info.kind.is_savepoint() {
+                // Only a savepoint that stopped the job is a recovery point; one that cannot
+                // even be read is not known to be one (the stop record still names it).
+                match Manifest::read(&info.path.join(METADATA)) {
+                    Ok(m) if m.stops_job => {}
+                    _ => continue,
+                }
+            }
             match self.load(&info.path) {
                 Ok(manifest) => {
                     let checkpoint = Some(LoadedCheckpoint {
@@ -551,6 +563,36 @@ pub(crate) mod tests {
             latest.skipped[1].error,
             Error::ManifestParse { .. }
         ));
+    }
+
+    /// A savepoint that stopped the job committed its sinks: it is a recovery point like a
+    /// checkpoint. An intermediate savepoint committed nothing and is not.
+    #[test]
+    fn a_stop_savepoint_is_a_recovery_point_and_an_intermediate_one_is_not() {
+        let (_tmp, s) = storage();
+        write(&s, 1, &[]);
+        let savepoint = |id: u64, stops_job: bool| {
+            let w = s
+                .begin(CheckpointId(id), CheckpointKind::Savepoint)
+                .unwrap();
+            let f = w.write_file("own", b"sp").unwrap();
+            let mut m = manifest(id, CheckpointKind::Savepoint, vec![f]);
+            m.stops_job = stops_job;
+            w.finish(m).unwrap()
+        };
+        savepoint(2, false);
+        let latest = s.latest_complete().unwrap().checkpoint.unwrap();
+        assert_eq!(latest.manifest.checkpoint_id, CheckpointId(1));
+        let stop = savepoint(3, true);
+        let latest = s.latest_complete().unwrap().checkpoint.unwrap();
+        assert_eq!(
+            (latest.manifest.checkpoint_id, latest.path),
+            (CheckpointId(3), stop)
+        );
+        assert!(latest.manifest.stops_job);
+        write(&s, 4, &[]);
+        let latest = s.latest_complete().unwrap().checkpoint.unwrap();
+        assert_eq!(latest.manifest.checkpoint_id, CheckpointId(4));
     }
 
     #[test]

@@ -100,6 +100,34 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |e| Error::io(path.display(), e)
 }
 
+/// Moves pending file `from` to its committed name `to`, never replacing a file already at
+/// `to`: a hard link (which fails if `to` exists), then the pending name is removed. A crash
+/// between the two leaves both names on one file, which a later commit finishes. Fails
+/// with `AlreadyExists` when `to` is another file, and `NotFound` when `from` is gone.
+fn commit_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
+    match std::fs::hard_link(from, to) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && same_file(from, to)? => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::remove_file(from)
+}
+
+/// True when both paths name one file (same device and inode).
+fn same_file(a: &Path, b: &Path) -> std::io::Result<bool> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let (a, b) = (std::fs::metadata(a)?, std::fs::metadata(b)?);
+        Ok(a.dev() == b.dev() && a.ino() == b.ino())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (a, b);
+        Ok(false)
+    }
+}
+
 fn fsync_dir(dir: &Path) -> Result<()> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
@@ -140,8 +168,18 @@ impl<T> ExactlyOnceFileSink<T> {
     fn commit(&self, writer: usize, checkpoint: u64, token: &str) -> Result<()> {
         let from = self.path(&pending_name(writer, checkpoint, token));
         let to = self.path(&committed_name(writer, checkpoint));
-        match std::fs::rename(&from, &to) {
+        match commit_no_replace(&from, &to) {
             Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Error::Config(format!(
+                "refusing to commit {}: {} already holds committed output of checkpoint {checkpoint} \
+                 of writer {writer}, written by another run (two runs writing into one output \
+                 directory, or a run restored from an older checkpoint or savepoint than the one \
+                 that committed it). Nothing was overwritten; the records stay in {}. Give each \
+                 run its own output directory, or resume the run that wrote it",
+                from.display(),
+                to.display(),
+                from.display()
+            ))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && to.exists() => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::Config(format!(
                 "the pre-committed output file {} of checkpoint {checkpoint} is missing and was never \
@@ -321,7 +359,18 @@ impl<T: 'static> SinkFunction<T> for ExactlyOnceFileSink<T> {
         if self.roll()? {
             let from = self.path(&in_progress_name(self.writer, &self.token));
             let to = self.path(&committed_name(self.writer, 0));
-            std::fs::rename(&from, &to).map_err(io(&from))?;
+            commit_no_replace(&from, &to).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    Error::Config(format!(
+                        "refusing to commit {}: {} already exists (output of an earlier run); \
+                         nothing was overwritten. Write into an empty directory",
+                        from.display(),
+                        to.display()
+                    ))
+                } else {
+                    Error::io(from.display(), e)
+                }
+            })?;
             fsync_dir(&self.dir)?;
         }
         Ok(())
@@ -371,6 +420,61 @@ mod tests {
             .collect();
         out.sort();
         out
+    }
+
+    /// Two runs that number their checkpoints alike write into one directory (say a
+    /// savepoint resumed twice): the second commit of checkpoint 3 fails loudly and the
+    /// first run's committed file keeps its records.
+    #[test]
+    fn a_commit_never_replaces_committed_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let format: Arc<dyn Fn(&String) -> String + Send + Sync> = Arc::new(|s: &String| s.clone());
+        let mut first = ExactlyOnceFileSink::new(dir.path().to_path_buf(), format.clone());
+        first.open(&ctx()).unwrap();
+        first.invoke("first".into(), 0).unwrap();
+        first.snapshot(CheckpointId(3)).unwrap();
+        first.notify_complete(CheckpointId(3)).unwrap();
+
+        let mut second = ExactlyOnceFileSink::new(dir.path().to_path_buf(), format);
+        second.restored = true; // as if restored from checkpoint 2 elsewhere
+        second.open(&ctx()).unwrap();
+        second.invoke("second".into(), 0).unwrap();
+        second.snapshot(CheckpointId(3)).unwrap();
+        let e = second
+            .notify_complete(CheckpointId(3))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("refusing to commit") && e.contains("part-0-00000000000000000003"),
+            "{e}"
+        );
+        assert_eq!(
+            committed(dir.path()),
+            vec![(
+                "part-0-00000000000000000003".to_string(),
+                "first\n".to_string()
+            )]
+        );
+        // The refused records are still there, pending, for whoever sorts it out.
+        let pending = pending_name(0, 3, &second.token);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(pending)).unwrap(),
+            "second\n"
+        );
+    }
+
+    /// A crash between the link and the removal of the pending name leaves both names on
+    /// one file: committing again finishes the move instead of reporting a collision.
+    #[test]
+    fn a_commit_interrupted_after_the_link_is_finished_on_retry() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = dir.path().join(".part-0-1-t.pending");
+        let to = dir.path().join(committed_name(0, 1));
+        std::fs::write(&from, "x\n").unwrap();
+        std::fs::hard_link(&from, &to).unwrap();
+        commit_no_replace(&from, &to).unwrap();
+        assert!(!from.exists());
+        assert_eq!(std::fs::read_to_string(&to).unwrap(), "x\n");
     }
 
     /// A run of a subtask cut off from its cluster (a zombie) keeps writing while the
