@@ -17,6 +17,8 @@
 //! - Started again with the same CKDIR it resumes automatically from the newest complete
 //!   checkpoint, after finishing or re-producing the output transactions the previous run
 //!   left pending.
+//! - `weir savepoint stop CKDIR` stops it with a savepoint: it commits the output up to the
+//!   savepoint, prints `stopped with savepoint PATH` and exits 0.
 //! - A record that is not `key`/i64 fails the job with the topic, partition and offset, unless
 //!   `--dead-letter-topic DLQ` is given, which sets such records aside there.
 //!
@@ -210,6 +212,14 @@ fn main() -> anyhow::Result<()> {
         .sink("kafka-sink", sink.factory())
         .uid("kafka-sink");
     let result = env.execute("kafka_sum").context("kafka_sum failed")?;
+    if result.stopped_with_savepoint {
+        let path = result
+            .savepoints
+            .last()
+            .context("stopped without a savepoint path")?;
+        println!("stopped with savepoint {}", path.display());
+        return Ok(());
+    }
     eprintln!(
         "kafka_sum: done, {} records read in {:.2}s",
         result.records_read(),

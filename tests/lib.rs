@@ -285,3 +285,60 @@ pub fn service_address(var: &str, script: &str, env: &[(&str, std::ffi::OsString
         .trim()
         .to_string()
 }
+
+/// What an operator does to a running job from a shell, through its checkpoint directory:
+/// the helpers of the lifecycle tests (`tests/chaos/lifecycle.rs`, `tests/kafka/lifecycle.rs`).
+pub mod operator {
+    use std::path::Path;
+
+    /// Asks the job checkpointing into `dir` for a savepoint (`"savepoint"`) or a savepoint
+    /// and a stop (`"stop"`): the request file, written whole and renamed into place, as
+    /// `weir savepoint trigger|stop DIR` does.
+    pub fn request_savepoint(dir: &Path, what: &str) {
+        let tmp = dir.join(".request.tmp");
+        std::fs::write(&tmp, what).expect("write the savepoint request");
+        std::fs::rename(&tmp, dir.join(weir::SAVEPOINT_REQUEST_FILE))
+            .expect("place the savepoint request");
+    }
+
+    /// Withdraws a request the job never took (as `weir savepoint` does on timeout).
+    pub fn withdraw_request(dir: &Path) {
+        let _ = std::fs::remove_file(dir.join(weir::SAVEPOINT_REQUEST_FILE));
+    }
+
+    /// The newest complete `chk-` or `sp-` id (`prefix`) in `dir`; 0 when there is none.
+    pub fn newest_complete(dir: &Path, prefix: &str) -> u64 {
+        std::fs::read_dir(dir)
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.path().join("_metadata").exists())
+                    .filter_map(|e| {
+                        let name = e.file_name().to_string_lossy().into_owned();
+                        name.strip_prefix(prefix)?.split('-').next()?.parse().ok()
+                    })
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0)
+    }
+
+    /// Copies a savepoint (a directory tree) to `to`, as `cp -r` would.
+    pub fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).expect("create the copy");
+        for e in std::fs::read_dir(from).expect("read the savepoint").flatten() {
+            let target = to.join(e.file_name());
+            if e.path().is_dir() {
+                copy_dir(&e.path(), &target);
+            } else {
+                std::fs::copy(e.path(), &target).expect("copy a savepoint file");
+            }
+        }
+    }
+
+    /// The path printed by a job that stopped with a savepoint (`stopped with savepoint P`).
+    pub fn stopped_with(log: &str) -> Option<std::path::PathBuf> {
+        log.lines()
+            .find_map(|l| l.strip_prefix("stopped with savepoint "))
+            .map(|p| std::path::PathBuf::from(p.trim()))
+    }
+}

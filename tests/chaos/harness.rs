@@ -69,13 +69,24 @@ impl Scenario {
 
     /// The `file_sum` command for this scenario.
     pub fn command(&self, parallelism: usize, max_rate: Option<u64>, interval_ms: u64) -> Command {
+        self.command_in(&self.checkpoints, parallelism, max_rate, interval_ms)
+    }
+
+    /// The `file_sum` command for this scenario, checkpointing into `checkpoints`.
+    pub fn command_in(
+        &self,
+        checkpoints: &Path,
+        parallelism: usize,
+        max_rate: Option<u64>,
+        interval_ms: u64,
+    ) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_file_sum"));
         c.arg("--input")
             .arg(&self.input)
             .arg("--output")
             .arg(&self.output)
             .arg("--checkpoint-dir")
-            .arg(&self.checkpoints)
+            .arg(checkpoints)
             .arg("--checkpoint-interval-ms")
             .arg(interval_ms.to_string())
             .arg("--parallelism")
