@@ -325,7 +325,10 @@ pub mod operator {
     /// Copies a savepoint (a directory tree) to `to`, as `cp -r` would.
     pub fn copy_dir(from: &Path, to: &Path) {
         std::fs::create_dir_all(to).expect("create the copy");
-        for e in std::fs::read_dir(from).expect("read the savepoint").flatten() {
+        for e in std::fs::read_dir(from)
+            .expect("read the savepoint")
+            .flatten()
+        {
             let target = to.join(e.file_name());
             if e.path().is_dir() {
                 copy_dir(&e.path(), &target);

@@ -10,14 +10,14 @@
 //! CI runs `SEQUENCES` sequences; `WEIR_SOAK=1` runs ten times as many.
 
 use crate::harness::{Rng, Scenario, soak_factor, wait_for};
-use weir_tests::operator::{
-    copy_dir, newest_complete as newest, request_savepoint, stopped_with, withdraw_request,
-};
 use std::fmt::Write as _;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
 use std::time::Duration;
+use weir_tests::operator::{
+    copy_dir, newest_complete as newest, request_savepoint, stopped_with, withdraw_request,
+};
 
 /// Random sequences in CI (each 6–10 steps).
 const SEQUENCES: usize = 6;
@@ -94,10 +94,7 @@ impl Life {
     /// Fails with the steps taken and the last run's log.
     fn fail(&self, what: &str) -> ! {
         let log = std::fs::read_to_string(self.log_path(self.runs)).unwrap_or_default();
-        panic!(
-            "{what}\nsteps:\n{}last run's output:\n{log}",
-            self.history
-        );
+        panic!("{what}\nsteps:\n{}last run's output:\n{log}", self.history);
     }
 
     /// Starts a run (resuming on its own, or from `from`).
@@ -105,7 +102,9 @@ impl Life {
         assert!(self.child.is_none());
         self.runs += 1;
         let log = std::fs::File::create(self.log_path(self.runs)).expect("log file");
-        let mut cmd = self.s.command_in(&self.checkpoints, self.parallelism, Some(8_000), 50);
+        let mut cmd = self
+            .s
+            .command_in(&self.checkpoints, self.parallelism, Some(8_000), 50);
         cmd.stdout(Stdio::from(log.try_clone().expect("log file")))
             .stderr(Stdio::from(log));
         if let Some(p) = from {
@@ -115,8 +114,12 @@ impl Life {
             "run {}: start at parallelism {} in {}{}",
             self.runs,
             self.parallelism,
-            self.checkpoints.file_name().unwrap_or_default().to_string_lossy(),
-            from.map(|p| format!(" from {}", p.display())).unwrap_or_default()
+            self.checkpoints
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy(),
+            from.map(|p| format!(" from {}", p.display()))
+                .unwrap_or_default()
         ));
         self.child = Some(cmd.spawn().expect("start file_sum"));
         self.stopped_with = None;
@@ -139,7 +142,11 @@ impl Life {
         withdraw_request(&self.checkpoints);
         match stopped_with(&log) {
             Some(p) => {
-                self.note(format!("run {} stopped with savepoint {}", self.runs, p.display()));
+                self.note(format!(
+                    "run {} stopped with savepoint {}",
+                    self.runs,
+                    p.display()
+                ));
                 self.stopped_with = Some(p);
             }
             None => {

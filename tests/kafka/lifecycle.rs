@@ -32,7 +32,9 @@ enum Step {
     Kill,
     SavepointTrigger,
     SavepointStop,
-    ResumeFromCopy { new_checkpoint_dir: bool },
+    ResumeFromCopy {
+        new_checkpoint_dir: bool,
+    },
     Rescale(usize),
     /// The next start uses another transactional-id prefix.
     ChangePrefix,
@@ -132,8 +134,12 @@ impl Life {
             self.runs,
             self.parallelism,
             self.prefix,
-            self.checkpoints.file_name().unwrap_or_default().to_string_lossy(),
-            from.map(|p| format!(" from {}", p.display())).unwrap_or_default()
+            self.checkpoints
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy(),
+            from.map(|p| format!(" from {}", p.display()))
+                .unwrap_or_default()
         ));
         self.child = Some(cmd.spawn().expect("start kafka_sum"));
         self.stopped_with = None;
@@ -149,7 +155,11 @@ impl Life {
         let log = std::fs::read_to_string(self.log_path(self.runs)).unwrap_or_default();
         match stopped_with(&log) {
             Some(p) => {
-                self.note(format!("run {} stopped with savepoint {}", self.runs, p.display()));
+                self.note(format!(
+                    "run {} stopped with savepoint {}",
+                    self.runs,
+                    p.display()
+                ));
                 self.stopped_with = Some(p);
             }
             None => self.fail(&format!("run {} ended without being asked to", self.runs)),
@@ -261,10 +271,26 @@ impl Life {
         }
         let want = self.input.len();
         let topic = self.output_topic.clone();
-        // Every sum committed (or more, if some were duplicated): then nothing is pending.
-        self.wait_running("every input record's sum to be committed", |_| {
-            read_all(&topic, "read_committed").len() >= want
-        });
+        // The job has caught up when at least every sum is committed and two more
+        // checkpoints complete without adding any (the first one's commit is visible once
+        // the second completes): then it has consumed all of its input.
+        let deadline = std::time::Instant::now() + LIMIT * 2;
+        loop {
+            let before = read_all(&topic, "read_committed").len();
+            for _ in 0..2 {
+                let id = newest_complete(&self.checkpoints, "chk-");
+                self.wait_running("a checkpoint", |d| newest_complete(d, "chk-") > id);
+            }
+            let after = read_all(&topic, "read_committed").len();
+            if after >= want && after == before {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                self.fail(&format!(
+                    "the job did not catch up: {after} sums committed of {want} expected"
+                ));
+            }
+        }
         self.stop();
         let expected = prefix_sums(&self.input);
         let got = committed_sums(&self.output_topic);
