@@ -253,8 +253,10 @@ pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
 }
 
 /// The address of a service the tests need: the environment variable `var` if it is set,
-/// otherwise `scripts/SCRIPT start` run with `env` (the scripts are idempotent, so later
-/// runs reuse the service), whose last line of output is the address.
+/// otherwise `scripts/SCRIPT start` run with `env`, whose last line of output is the
+/// address. A service started here is stopped (`scripts/SCRIPT stop`, same `env`) once this
+/// test process has exited, by a small watcher process: `cargo test` leaves nothing
+/// running behind it.
 ///
 /// # Panics
 /// When the script fails; the message holds its standard error.
@@ -278,12 +280,40 @@ pub fn service_address(var: &str, script: &str, env: &[(&str, std::ffi::OsString
         "scripts/{script} start failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    stop_when_this_process_exits(&path, env);
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .last()
         .unwrap_or_else(|| panic!("scripts/{script} start printed no address"))
         .trim()
         .to_string()
+}
+
+/// Starts a watcher, in its own process group so that it outlives this process, that runs
+/// `script stop` once this process has exited. A test binary has no hook that runs after
+/// its last test, so the watcher polls whether this process is still alive.
+fn stop_when_this_process_exits(script: &std::path::Path, env: &[(&str, std::ffi::OsString)]) {
+    use std::os::unix::process::CommandExt;
+    let watch = format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; exec bash \"$0\" stop",
+        pid = std::process::id()
+    );
+    let started = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(watch)
+        .arg(script)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn();
+    if let Err(e) = started {
+        eprintln!(
+            "warning: cannot watch the test process to stop {} afterwards: {e}",
+            script.display()
+        );
+    }
 }
 
 /// What an operator does to a running job from a shell, through its checkpoint directory:

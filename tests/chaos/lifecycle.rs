@@ -391,3 +391,90 @@ fn random_lifecycles_keep_every_sum_exactly_once() {
         live(seed, &steps);
     }
 }
+
+/// Stopped with a savepoint that is then moved out of the checkpoint directory: a plain
+/// start refuses, naming the savepoint (an older checkpoint would write its committed
+/// output again); started from the moved savepoint, the job finishes exactly once.
+#[test]
+fn a_plain_start_after_the_stop_savepoint_was_moved_names_it() {
+    let mut life = Life::new(20_000, 20, 105);
+    let mut rng = Rng::new(105);
+    life.apply(Step::RunAWhile, &mut rng);
+    life.apply(Step::RunAWhile, &mut rng);
+    life.apply(Step::SavepointStop, &mut rng);
+    let Some(sp) = life.stopped_with.clone() else {
+        life.fail("the job finished before it could be stopped");
+    };
+    let moved = life.root().join("archive");
+    std::fs::rename(&sp, &moved).expect("move the savepoint away");
+    let out = life
+        .s
+        .command(life.parallelism, None, 50)
+        .output()
+        .expect("run file_sum");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a plain start must refuse:\n{err}");
+    assert!(
+        err.contains("last stopped with savepoint") && err.contains(&sp.display().to_string()),
+        "the refusal does not name the savepoint:\n{err}"
+    );
+    life.note("a plain start refused; resume from the moved savepoint");
+    life.start(Some(&moved));
+    life.finish_and_check();
+}
+
+/// Every checkpoint of the directory is corrupt: the job does not start over on its own
+/// (it would commit every sum again) but fails naming each checkpoint; with
+/// `--start-fresh-if-unusable`, after the old output was moved away, it starts from
+/// scratch and commits every sum once.
+#[test]
+fn corrupt_checkpoints_never_start_the_job_over_silently() {
+    let s = Scenario::new(5_000, 10, 106);
+    let mut child = s
+        .command(1, Some(5_000), 20)
+        .spawn()
+        .expect("start file_sum");
+    wait_for("two checkpoints", LIMIT, || {
+        crate::harness::latest_checkpoint(&s.checkpoints).is_some_and(|id| id >= 2)
+    });
+    child.kill().expect("SIGKILL file_sum");
+    child.wait().expect("reap file_sum");
+    let mut damaged = Vec::new();
+    for e in std::fs::read_dir(&s.checkpoints)
+        .expect("checkpoints")
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("chk-") && e.path().join("_metadata").exists() {
+            for f in std::fs::read_dir(e.path()).expect("checkpoint").flatten() {
+                if f.file_name().to_string_lossy().ends_with(".state") {
+                    let mut bytes = std::fs::read(f.path()).expect("state file");
+                    bytes[0] ^= 0xFF;
+                    std::fs::write(f.path(), bytes).expect("damage state file");
+                }
+            }
+            damaged.push(name);
+        }
+    }
+    assert!(damaged.len() >= 2, "{damaged:?}");
+    let out = s.command(1, None, 20).output().expect("run file_sum");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the job must not start over:\n{err}");
+    assert!(err.contains("none can be restored"), "{err}");
+    for name in &damaged {
+        assert!(err.contains(name.as_str()), "{name} is not named:\n{err}");
+    }
+    // The operator moves the old output away and asks for a fresh start.
+    std::fs::rename(&s.output, s.checkpoints.with_file_name("old-out")).expect("move output");
+    let out = s
+        .command(1, None, 20)
+        .arg("--start-fresh-if-unusable")
+        .output()
+        .expect("run file_sum");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    s.check();
+}
