@@ -229,7 +229,7 @@ fn inspect_shows_the_verified_manifest() {
         "kind:            checkpoint".to_string(),
         format!("path:            {}", f.chk1.display()),
         "created:         2024-05-01T12:00:00.123Z (unix ms 1714564800123)".to_string(),
-        "format version:  1".to_string(),
+        "format version:  2".to_string(),
         "max parallelism: 128".to_string(),
         "stats:           duration 1500 ms, 32 bytes written (32 bytes in all), max alignment 7 ms"
             .to_string(),

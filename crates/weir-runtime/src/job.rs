@@ -127,8 +127,6 @@ impl CheckpointWriter {
         let thread = std::thread::Builder::new()
             .name("weir-checkpoint-writer".into())
             .spawn(move || {
-                // Which SST files storage already holds (incremental checkpoints).
-                let mut shared = HashMap::new();
                 for WriteJob {
                     id,
                     kind,
@@ -149,7 +147,6 @@ impl CheckpointWriter {
                             kind,
                             acks,
                             &stats,
-                            &mut shared,
                         )
                     }))
                     .unwrap_or_else(|p| Err(Error::from_panic(p)));
