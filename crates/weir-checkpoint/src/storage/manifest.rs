@@ -198,10 +198,25 @@ impl Manifest {
         Ok(out)
     }
 
-    /// Parses `_metadata`: verifies the manifest's own checksum first (a mismatch is
+    /// Reads a `_metadata` file: verifies the manifest's own checksum first (a mismatch is
     /// [`Error::Corrupt`] naming the file), then checks the format version before the
-    /// structure so that a newer format is reported as such.
-    pub(crate) fn read(path: &Path) -> Result<Manifest> {
+    /// structure so that a newer format is reported as such. The state files it lists are
+    /// not verified: [`CheckpointStorage::load`](crate::CheckpointStorage::load) does that.
+    ///
+    /// ```
+    /// use weir_checkpoint::{CheckpointId, CheckpointKind, CheckpointStorage, Manifest};
+    /// let tmp = tempfile::tempdir()?;
+    /// let storage = CheckpointStorage::open(tmp.path())?;
+    /// let w = storage.begin(CheckpointId(1), CheckpointKind::Checkpoint)?;
+    /// let dir = w.finish(Manifest::new("job", CheckpointId(1), CheckpointKind::Checkpoint, 128))?;
+    /// let meta = dir.join("_metadata");
+    /// assert_eq!(Manifest::read(&meta)?.job, "job");
+    /// let damaged = std::fs::read_to_string(&meta)?.replace("\"job\"", "\"jib\"");
+    /// std::fs::write(&meta, damaged)?;
+    /// assert!(Manifest::read(&meta).unwrap_err().to_string().contains("_metadata: the file's crc32"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn read(path: &Path) -> Result<Manifest> {
         let bytes = std::fs::read(path).map_err(|e| Error::io("read", path, e))?;
         let corrupt = |problem| Error::Corrupt {
             checkpoint: path

@@ -26,8 +26,9 @@ pub(crate) struct Books {
     /// Checkpoints being written, by writer token.
     pub(crate) writers: HashMap<u64, InFlight>,
     /// Files in `shared/` that a writer of this process stored (or found stored) and that
-    /// retention has not deleted since, by name: [`CheckpointWriter::reuse_shared`] hands
-    /// these out, retention forgets a file when it deletes it.
+    /// retention has not deleted since, by name:
+    /// [`reuse_shared`](super::CheckpointWriter::reuse_shared) hands these out, retention
+    /// forgets a file when it deletes it.
     pub(crate) stored: HashMap<String, FileEntry>,
 }
 

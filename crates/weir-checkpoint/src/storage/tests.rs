@@ -489,7 +489,7 @@ fn new_directories_are_fsynced_in_their_parent() {
         .unwrap();
     assert_eq!(
         layout::take_synced_dirs(),
-        [root.clone()],
+        std::slice::from_ref(&root),
         "the new checkpoint directory's entry"
     );
     let f = w.write_file("own", b"x").unwrap();
@@ -499,7 +499,7 @@ fn new_directories_are_fsynced_in_their_parent() {
     assert_eq!(layout::take_synced_dirs(), [p], "the renamed _metadata");
 
     let w = s.savepoint(CheckpointId(2), "before-upgrade").unwrap();
-    assert_eq!(layout::take_synced_dirs(), [root.clone()]);
+    assert_eq!(layout::take_synced_dirs(), std::slice::from_ref(&root));
     let f = w.write_file("own", b"x").unwrap();
     let sp = w
         .finish(manifest(2, CheckpointKind::Savepoint, vec![f]))
