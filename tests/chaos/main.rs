@@ -13,3 +13,4 @@ mod harness;
 mod kills;
 mod lifecycle;
 mod property;
+mod storage;

@@ -28,6 +28,9 @@ pub enum FileProblem {
         /// The checksum of the bytes on disk.
         actual: u32,
     },
+    /// The manifest (`_metadata`) lacks its own checksum line, or the line is unreadable,
+    /// although its format requires one.
+    ManifestChecksumMissing,
 }
 
 impl fmt::Display for FileProblem {
@@ -41,6 +44,10 @@ impl fmt::Display for FileProblem {
             FileProblem::Checksum { expected, actual } => write!(
                 f,
                 "the file's crc32 is {actual:#010x} but the manifest records {expected:#010x}"
+            ),
+            FileProblem::ManifestChecksumMissing => f.write_str(
+                "the manifest's own checksum (its first member, \"metadata_crc32\") is missing \
+                 or unreadable",
             ),
         }
     }

@@ -76,14 +76,12 @@ fn row(info: &CheckpointInfo) -> Row {
     }
 }
 
-/// Parses `_metadata` without verifying the files it references.
+/// Reads `_metadata`, checking its own checksum, without verifying the files it references.
 fn read_manifest(dir: &Path) -> Result<Manifest> {
-    let path = dir.join(METADATA);
-    let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    serde_json::from_slice(&bytes).with_context(|| {
-        format!(
-            "cannot parse checkpoint manifest {} (run `weir checkpoints inspect` on it for details)",
-            path.display()
+    Manifest::read(&dir.join(METADATA)).map_err(|e| {
+        anyhow::anyhow!(
+            "{e} (run `weir checkpoints inspect {}` for details)",
+            dir.display()
         )
     })
 }

@@ -191,6 +191,28 @@ fn list_of_a_missing_directory_names_it() {
 }
 
 #[test]
+fn list_flags_a_manifest_that_fails_its_own_checksum() {
+    let f = fixture();
+    let meta = f.fin4.join("_metadata");
+    // Valid JSON still, but not what was written: the job's name changed.
+    let text = std::fs::read_to_string(&meta).unwrap();
+    std::fs::write(&meta, text.replace("\"balances\"", "\"balanced\"")).unwrap();
+    let out = weir(&["checkpoints", "list", s(f.storage.dir())]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let last = stdout(&out).lines().last().unwrap().to_string();
+    assert!(last.starts_with(" 4  checkpoint  unreadable"), "{last}");
+    assert!(
+        stderr(&out).starts_with(&format!(
+            "warning: checkpoint {} is corrupt: {}: the file's crc32 is",
+            f.fin4.display(),
+            meta.display()
+        )),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn list_flags_an_unreadable_manifest() {
     let f = fixture();
     std::fs::write(f.fin4.join("_metadata"), b"{not json").unwrap();
@@ -229,7 +251,7 @@ fn inspect_shows_the_verified_manifest() {
         "kind:            checkpoint".to_string(),
         format!("path:            {}", f.chk1.display()),
         "created:         2024-05-01T12:00:00.123Z (unix ms 1714564800123)".to_string(),
-        "format version:  1".to_string(),
+        "format version:  2".to_string(),
         "max parallelism: 128".to_string(),
         "stats:           duration 1500 ms, 32 bytes written (32 bytes in all), max alignment 7 ms"
             .to_string(),

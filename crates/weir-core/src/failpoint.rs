@@ -5,7 +5,7 @@
 //! sends itself SIGSTOP and goes on after a SIGCONT: a frozen cluster worker), `exit`
 //! (exit status 86 at once, without flushing or cleanup) and `panic`. A fail point fires the first time
 //! it is hit. Names used by weir: `checkpoint.before_metadata`,
-//! `checkpoint.after_metadata` (job coordinator), `sink.after_precommit`,
+//! `checkpoint.after_metadata`, `savepoint.before_metadata` (job coordinator), `sink.after_precommit`,
 //! `sink.before_commit`, `sink.after_commit` (exactly-once file sink), and in the Kafka
 //! sink `kafka.after_precommit`, `kafka.before_commit`, `kafka.during_commit` (fires on
 //! another thread while the commit is in flight), `kafka.after_commit`,

@@ -6,8 +6,7 @@ use crate::plan::Plan;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use weir_checkpoint::{
-    CheckpointKind, CheckpointStorage, FileEntry, Manifest, OperatorManifest, SubtaskManifest,
-    TaskKey,
+    CheckpointKind, CheckpointStorage, Manifest, OperatorManifest, SubtaskManifest, TaskKey,
 };
 use weir_core::checkpoint::{OperatorSnapshot, RestoreState};
 use weir_core::data::key_group_range;
@@ -55,7 +54,6 @@ pub(crate) fn write_checkpoint(
     stops_job: bool,
     acks: Vec<(TaskKey, BTreeMap<String, OperatorSnapshot>)>,
     stats: &weir_checkpoint::CheckpointStats,
-    shared: &mut HashMap<String, FileEntry>,
 ) -> Result<PathBuf> {
     let writer = storage.begin(id, kind).map_err(storage_err)?;
     let mut operators: BTreeMap<usize, OperatorManifest> = BTreeMap::new();
@@ -75,10 +73,17 @@ pub(crate) fn write_checkpoint(
             let mut entries = vec![writer.write_file(&name, &bytes).map_err(storage_err)?];
             written += bytes.len() as u64;
             // The asynchronous part: persistent-backend files, each immutable one stored once.
+            // Storage knows which shared files it still holds (retention may have deleted
+            // one since an earlier checkpoint stored it); savepoints copy every file.
             for f in &snap.files {
-                let entry = match shared.get(&f.name) {
-                    Some(e) if f.shared && kind != CheckpointKind::Savepoint => e.clone(),
-                    _ => {
+                let reused = if f.shared {
+                    writer.reuse_shared(&f.name).map_err(storage_err)?
+                } else {
+                    None
+                };
+                let entry = match reused {
+                    Some(e) => e,
+                    None => {
                         // Shared files are immutable: linked into storage where it can.
                         let e = if f.shared {
                             writer.link_shared(&f.name, &f.path)
@@ -88,9 +93,6 @@ pub(crate) fn write_checkpoint(
                             writer.write_file(&f.name, &data)
                         }
                         .map_err(storage_err)?;
-                        if e.shared {
-                            shared.insert(f.name.clone(), e.clone());
-                        }
                         written += e.size;
                         e
                     }
@@ -116,6 +118,10 @@ pub(crate) fn write_checkpoint(
         .flat_map(|s| &s.files)
         .map(|f| f.size)
         .sum::<u64>();
+    if kind.is_savepoint() {
+        // Every file is written; the savepoint exists once its manifest is.
+        crate::failpoint::hit("savepoint.before_metadata");
+    }
     let mut manifest = Manifest::new(job_name, id, kind, max_parallelism);
     manifest.stops_job = stops_job;
     manifest.stats = stats.into();
@@ -315,4 +321,108 @@ pub(crate) fn restore_map(
         out.insert(node.id.0, per_subtask);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+    use weir_core::checkpoint::LocalFile;
+    use weir_core::ids::{NodeId, SubtaskIndex};
+
+    /// One stateful operator "sum" at parallelism 1.
+    fn names() -> OperatorNames {
+        OperatorNames(HashMap::from([(
+            "sum".to_string(),
+            (0, "sum".to_string(), 1),
+        )]))
+    }
+
+    fn stats() -> weir_checkpoint::CheckpointStats {
+        weir_checkpoint::CheckpointStats {
+            triggered_at: Instant::now(),
+            duration: Duration::ZERO,
+            bytes: 0,
+            max_alignment: Duration::ZERO,
+            max_sync: Duration::ZERO,
+            max_async: Duration::ZERO,
+            tasks: Vec::new(),
+        }
+    }
+
+    /// Writes checkpoint `id` of the operator, whose backend holds the given SST files.
+    fn write(
+        storage: &CheckpointStorage,
+        id: u64,
+        kind: CheckpointKind,
+        ssts: &[&Path],
+    ) -> Result<PathBuf> {
+        let snap = OperatorSnapshot {
+            description: Some(format!("as of {id}")),
+            files: ssts
+                .iter()
+                .map(|p| LocalFile {
+                    path: p.to_path_buf(),
+                    name: format!("inst-{}", p.file_name().unwrap().to_string_lossy()),
+                    shared: true,
+                })
+                .collect(),
+            ..OperatorSnapshot::default()
+        };
+        let task = TaskKey {
+            node: NodeId(0),
+            subtask: SubtaskIndex(0),
+        };
+        let acks = vec![(task, BTreeMap::from([("sum".to_string(), snap)]))];
+        write_checkpoint(
+            storage,
+            "job",
+            &names(),
+            128,
+            CheckpointId(id),
+            kind,
+            false,
+            acks,
+            &stats(),
+        )
+    }
+
+    /// Loads a checkpoint and reads every file it lists, as a restore does.
+    fn restore_files(storage: &CheckpointStorage, path: &Path) -> Vec<(String, Vec<u8>)> {
+        let manifest = storage.load(path).expect("the checkpoint verifies");
+        manifest
+            .files()
+            .map(|f| (f.name.clone(), storage.read_file(path, f).unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn a_shared_file_retention_deleted_is_stored_again_when_needed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = CheckpointStorage::open(tmp.path().join("ck")).unwrap();
+        let sst = tmp.path().join("000012.sst");
+        std::fs::write(&sst, b"sst twelve").unwrap();
+        let ck = CheckpointKind::Checkpoint;
+
+        // Checkpoint 1 stores the SST file in shared/; 2 and 3 do not need it, and
+        // retention (keeping 1) deletes it. A savepoint stores its own copy.
+        write(&storage, 1, ck, &[&sst]).unwrap();
+        write(&storage, 2, ck, &[]).unwrap();
+        let sp = write(&storage, 3, CheckpointKind::Savepoint, &[&sst]).unwrap();
+        write(&storage, 4, ck, &[]).unwrap();
+        let report = storage.retain(1).unwrap();
+        assert_eq!(report.deleted_shared, ["inst-000012.sst"]);
+
+        // Checkpoint 5 needs the file again: it must not be taken as stored.
+        let p5 = write(&storage, 5, ck, &[&sst]).expect("checkpoint 5 is written");
+        let files = restore_files(&storage, &p5);
+        assert!(
+            files.contains(&("inst-000012.sst".to_string(), b"sst twelve".to_vec())),
+            "{files:?}"
+        );
+        // And the next checkpoint reuses it from storage, still verifiable.
+        let p6 = write(&storage, 6, ck, &[&sst]).unwrap();
+        assert_eq!(restore_files(&storage, &p6).len(), 2);
+        restore_files(&storage, &sp);
+    }
 }

@@ -129,8 +129,6 @@ impl CheckpointWriter {
         let thread = std::thread::Builder::new()
             .name("weir-checkpoint-writer".into())
             .spawn(move || {
-                // Which SST files storage already holds (incremental checkpoints).
-                let mut shared = HashMap::new();
                 for WriteJob {
                     id,
                     kind,
@@ -153,7 +151,6 @@ impl CheckpointWriter {
                             stops_job,
                             acks,
                             &stats,
-                            &mut shared,
                         )
                     }))
                     .unwrap_or_else(|p| Err(Error::from_panic(p)));

@@ -1,19 +1,47 @@
 //! The checkpoint manifest (`_metadata`): what a checkpoint contains, as pretty JSON.
 //!
-//! Owns the format ([`Manifest`] and its parts), parsing with a version check, and the
-//! consistency rules a manifest must follow. Verifying the referenced files is the storage's
-//! job.
+//! Owns the format ([`Manifest`] and its parts), encoding and parsing with the manifest's
+//! own checksum and a version check, and the consistency rules a manifest must follow.
+//! Verifying the referenced files is the storage's job.
+//!
+//! # The manifest's own checksum
+//!
+//! Every file a manifest lists carries its CRC-32 in the manifest; since format 2 the
+//! manifest carries its own too, as its first member:
+//!
+//! ```text
+//! {
+//!   "metadata_crc32": 1234567890,
+//!   "format_version": 2,
+//!   …
+//! ```
+//!
+//! The number is the CRC-32 of the file without that line, i.e. of the manifest's pretty
+//! JSON exactly as serde writes it. The line stays valid JSON, so `jq` and older tools read
+//! the file unchanged; readers of this crate verify the checksum before parsing, so a
+//! changed byte anywhere (a source position, a file's size) is a corrupt checkpoint rather
+//! than a wrong restore. Format 1 manifests (written before the checksum existed) have no
+//! such line and are still read: their state files are verified as always, the manifest
+//! itself cannot be. A manifest of format 2 or later without the line is corrupt.
 
 use super::layout::{self, parse_dir_name};
 use crate::coordinator::CheckpointStats;
-use crate::error::{Error, Result};
+use crate::error::{Error, FileProblem, Result};
 use crate::kind::CheckpointKind;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::path::Path;
 use weir_core::ids::CheckpointId;
 
-/// The newest manifest format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The newest manifest format this build writes and reads. Format 2 added the manifest's
+/// own checksum (the `metadata_crc32` line); format 1 manifests are still read.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The first format whose manifests must carry their own checksum.
+const FIRST_CHECKSUMMED_FORMAT: u64 = 2;
+
+/// How the checksum line begins: right after the opening brace, as the first member.
+const CHECKSUM_LINE_START: &[u8] = b"{\n  \"metadata_crc32\": ";
 
 /// One state file of a checkpoint, as recorded in the manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -85,6 +113,12 @@ pub struct OperatorManifest {
 
 /// The manifest of a checkpoint or savepoint, stored as `_metadata`.
 ///
+/// The file is this struct as pretty JSON with one more member first, `metadata_crc32`: the
+/// CRC-32 of the file without that line. Loading a checkpoint verifies it before parsing,
+/// so a changed byte anywhere in `_metadata` makes the checkpoint corrupt
+/// ([`Error::Corrupt`] naming `_metadata`). Manifests of format 1, written before the
+/// checksum existed, have no such line and are still read.
+///
 /// ```
 /// use weir_checkpoint::{CheckpointId, CheckpointKind, Manifest};
 /// let m = Manifest::new("balances", CheckpointId(3), CheckpointKind::Checkpoint, 128);
@@ -153,16 +187,71 @@ impl Manifest {
         self.operators.iter().find(|o| o.uid == uid)
     }
 
-    /// Parses `_metadata`, checking the format version before the structure so that a newer
-    /// format is reported as such.
-    pub(crate) fn read(path: &Path) -> Result<Manifest> {
+    /// The bytes of `_metadata`: pretty JSON with the checksum line first (see the
+    /// [module documentation](self)).
+    pub(crate) fn encode(&self) -> serde_json::Result<Vec<u8>> {
+        let body = serde_json::to_vec_pretty(self)?;
+        // A struct with fields serializes as "{\n  ..."; the line goes after "{\n".
+        let Some(rest) = body.strip_prefix(b"{\n".as_slice()) else {
+            return Err(serde::ser::Error::custom(
+                "a manifest must serialize as a pretty JSON object",
+            ));
+        };
+        let line = format!("  \"metadata_crc32\": {},\n", crc32fast::hash(&body));
+        let mut out = Vec::with_capacity(body.len() + line.len());
+        out.extend_from_slice(b"{\n");
+        out.extend_from_slice(line.as_bytes());
+        out.extend_from_slice(rest);
+        Ok(out)
+    }
+
+    /// Reads a `_metadata` file: verifies the manifest's own checksum first (a mismatch is
+    /// [`Error::Corrupt`] naming the file), then checks the format version before the
+    /// structure so that a newer format is reported as such. The state files it lists are
+    /// not verified: [`CheckpointStorage::load`](crate::CheckpointStorage::load) does that.
+    ///
+    /// ```
+    /// use weir_checkpoint::{CheckpointId, CheckpointKind, CheckpointStorage, Manifest};
+    /// let tmp = tempfile::tempdir()?;
+    /// let storage = CheckpointStorage::open(tmp.path())?;
+    /// let w = storage.begin(CheckpointId(1), CheckpointKind::Checkpoint)?;
+    /// let dir = w.finish(Manifest::new("job", CheckpointId(1), CheckpointKind::Checkpoint, 128))?;
+    /// let meta = dir.join("_metadata");
+    /// assert_eq!(Manifest::read(&meta)?.job, "job");
+    /// let damaged = std::fs::read_to_string(&meta)?.replace("\"job\"", "\"jib\"");
+    /// std::fs::write(&meta, damaged)?;
+    /// assert!(Manifest::read(&meta).unwrap_err().to_string().contains("_metadata: the file's crc32"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn read(path: &Path) -> Result<Manifest> {
         let bytes = std::fs::read(path).map_err(|e| Error::io("read", path, e))?;
+        let corrupt = |problem| Error::Corrupt {
+            checkpoint: path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."))
+                .to_path_buf(),
+            file: path.to_path_buf(),
+            problem,
+        };
+        let (recorded, body) = match split_checksum(&bytes) {
+            Some(Ok((crc, body))) => (Some(crc), Cow::Owned(body)),
+            Some(Err(())) => return Err(corrupt(FileProblem::ManifestChecksumMissing)),
+            None => (None, Cow::Borrowed(bytes.as_slice())),
+        };
+        if let Some(expected) = recorded {
+            let actual = crc32fast::hash(&body);
+            if actual != expected {
+                return Err(corrupt(FileProblem::Checksum { expected, actual }));
+            }
+        }
         let parse = |source| Error::ManifestParse {
             path: path.to_path_buf(),
             source,
         };
-        let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(parse)?;
-        if let Some(found) = value.get("format_version").and_then(|v| v.as_u64())
+        let value: serde_json::Value = serde_json::from_slice(&body).map_err(parse)?;
+        let version = value.get("format_version").and_then(|v| v.as_u64());
+        if let Some(found) = version
             && found > u64::from(FORMAT_VERSION)
         {
             return Err(Error::UnsupportedFormat {
@@ -170,6 +259,9 @@ impl Manifest {
                 found: u32::try_from(found).unwrap_or(u32::MAX),
                 supported: FORMAT_VERSION,
             });
+        }
+        if recorded.is_none() && version.is_some_and(|v| v >= FIRST_CHECKSUMMED_FORMAT) {
+            return Err(corrupt(FileProblem::ManifestChecksumMissing));
         }
         serde_json::from_value(value).map_err(parse)
     }
@@ -211,6 +303,28 @@ impl Manifest {
     }
 }
 
+/// Finds the checksum line of `_metadata`: `None` when the file does not start with it (a
+/// format 1 manifest, or not a manifest), `Some(Err(()))` when it starts like it but the
+/// number is unreadable, else the recorded checksum and the bytes it covers (the file
+/// without the line).
+fn split_checksum(bytes: &[u8]) -> Option<std::result::Result<(u32, Vec<u8>), ()>> {
+    let rest = bytes.strip_prefix(CHECKSUM_LINE_START)?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    let crc = std::str::from_utf8(&rest[..digits])
+        .ok()
+        .and_then(|d| d.parse::<u32>().ok());
+    let Some(after) = rest[digits..].strip_prefix(b",\n".as_slice()) else {
+        return Some(Err(()));
+    };
+    let Some(crc) = crc else {
+        return Some(Err(()));
+    };
+    let mut body = Vec::with_capacity(2 + after.len());
+    body.extend_from_slice(b"{\n");
+    body.extend_from_slice(after);
+    Some(Ok((crc, body)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,7 +355,7 @@ mod tests {
         let m = sample();
         let json = serde_json::to_string_pretty(&m).unwrap();
         for needle in [
-            "\"format_version\": 1",
+            "\"format_version\": 2",
             "\"checkpoint_id\": 5",
             "\"payments/0\": 42",
             "\"shared\": true",
@@ -293,7 +407,7 @@ mod tests {
                 e,
                 Error::UnsupportedFormat {
                     found: 99,
-                    supported: 1,
+                    supported: FORMAT_VERSION,
                     ..
                 }
             ),

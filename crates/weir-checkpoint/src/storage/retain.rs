@@ -1,6 +1,8 @@
 //! Retention: deleting old checkpoints, abandoned attempts and unreferenced shared files.
 //!
-//! Never touches savepoints, nor anything a writer of this process is still writing.
+//! Never touches a complete savepoint, nor anything a writer of this process is still
+//! writing. A shared file it deletes is forgotten by the registry of stored files, so no
+//! later checkpoint reuses it without storing it again.
 
 use super::layout::{self, METADATA, SHARED_DIR};
 use super::{CheckpointInfo, CheckpointStorage, Manifest};
@@ -25,18 +27,18 @@ pub struct RetainReport {
 
 impl CheckpointStorage {
     /// Keeps the newest `keep` complete checkpoints ([`DEFAULT_RETAINED`] is 3) and deletes:
-    /// older complete checkpoint directories; incomplete checkpoint directories older than
-    /// the newest complete one (aborted or crashed attempts); and files in `shared/` that no
-    /// retained checkpoint references. Savepoints are never deleted (and never reference
-    /// `shared/`). Checkpoints being written through this storage (or a clone) are left
-    /// alone, and so are the shared files they wrote.
+    /// older complete checkpoint directories; incomplete checkpoint and savepoint directories
+    /// older than the newest complete checkpoint (aborted or crashed attempts); and files in
+    /// `shared/` that no retained checkpoint references. Complete savepoints are never
+    /// deleted (and never reference `shared/`). Checkpoints being written through this
+    /// storage (or a clone) are left alone, and so are the shared files they wrote or reuse.
     ///
     /// A checkpoint being written by another process cannot be seen except through its
     /// directory: while an incomplete directory newer than the newest complete checkpoint
     /// exists, `shared/` is not cleaned ([`RetainReport::shared_skipped`] says so). With
     /// several processes writing, call `retain` when no checkpoint is pending (right after
     /// [`Coordinator::completed`](crate::Coordinator::completed) with `max_concurrent = 1`).
-    /// Retention does not verify checksums.
+    /// Retention verifies the manifests it reads, not the state files.
     pub fn retain(&self, keep: usize) -> Result<RetainReport> {
         if keep == 0 {
             return Err(Error::InvalidConfig(
@@ -55,6 +57,7 @@ impl CheckpointStorage {
         let in_flight: HashSet<PathBuf> = self
             .registry
             .lock()
+            .writers
             .values()
             .map(|w| w.dir.clone())
             .collect();
@@ -81,6 +84,18 @@ impl CheckpointStorage {
         for c in old {
             delete_dir(&c.path, &mut report)?;
         }
+        // An incomplete savepoint older than the newest complete checkpoint was aborted, or
+        // its process crashed while writing it: it can never complete. (A savepoint being
+        // written elsewhere is newer: ids grow.) Savepoints use no shared files, so a newer
+        // one does not hold back the clean-up of `shared/`.
+        for c in all.iter().filter(|c| {
+            c.kind.is_savepoint()
+                && !c.complete
+                && !in_flight.contains(&c.path)
+                && newest.is_some_and(|n| c.id < n)
+        }) {
+            delete_dir(&c.path, &mut report)?;
+        }
 
         if let Some(path) = busy {
             report.shared_skipped = Some(format!(
@@ -103,19 +118,22 @@ impl CheckpointStorage {
         }
         // Hold the registry while deleting so that no writer of this process starts reusing a
         // file between the check and the deletion.
-        let writers = self.registry.lock();
-        let protected: HashSet<&str> = writers
+        let mut books = self.registry.lock();
+        let protected: HashSet<String> = books
+            .writers
             .values()
-            .flat_map(|w| w.shared.iter().map(String::as_str))
+            .flat_map(|w| w.shared.iter().cloned())
             .collect();
         for name in shared_names {
             let keep_it = match layout::tmp_token(&name) {
-                Some(token) => writers.contains_key(&token),
-                None => referenced.contains(&name) || protected.contains(name.as_str()),
+                Some(token) => books.writers.contains_key(&token),
+                None => referenced.contains(&name) || protected.contains(&name),
             };
             if keep_it {
                 continue;
             }
+            // Forgotten before it is deleted: a writer never reuses a file being deleted.
+            books.stored.remove(&name);
             let path = shared_dir.join(&name);
             match std::fs::remove_file(&path) {
                 Ok(()) => report.deleted_shared.push(name),
@@ -123,7 +141,7 @@ impl CheckpointStorage {
                 Err(e) => return Err(Error::io("delete", path, e)),
             }
         }
-        drop(writers);
+        drop(books);
         tracing::info!(
             deleted = report.deleted.len(),
             deleted_shared = report.deleted_shared.len(),
@@ -226,7 +244,6 @@ mod tests {
         let f = w.write_shared("a", b"a").unwrap();
         w.finish(manifest(1, CheckpointKind::Savepoint, vec![f]))
             .unwrap();
-        s.begin(CheckpointId(2), CheckpointKind::Savepoint).unwrap(); // incomplete savepoint
         write(&s, 3, &["a"]);
         write(&s, 4, &[]);
         let report = s.retain(1).unwrap();
@@ -241,11 +258,48 @@ mod tests {
             kinds,
             [
                 (1, CheckpointKind::Savepoint),
-                (2, CheckpointKind::Savepoint),
                 (4, CheckpointKind::Checkpoint)
             ]
         );
         s.load(s.dir().join("sp-1-keep-me")).unwrap();
+    }
+
+    #[test]
+    fn abandoned_savepoint_attempts_are_deleted_like_checkpoint_attempts() {
+        let (_tmp, s) = storage();
+        // A savepoint whose process crashed while writing it, and one still being written.
+        let crashed = s.savepoint(CheckpointId(1), "crashed").unwrap();
+        crashed.write_file("own", b"half").unwrap();
+        let crashed_dir = crashed.path().to_path_buf();
+        drop(crashed);
+        let live = s.begin(CheckpointId(2), CheckpointKind::Savepoint).unwrap();
+        write(&s, 3, &[]);
+        // Newer than every complete checkpoint: perhaps being written elsewhere.
+        let newer = s.savepoint(CheckpointId(4), "newer").unwrap();
+        let newer_dir = newer.path().to_path_buf();
+        drop(newer);
+        let report = s.retain(3).unwrap();
+        assert_eq!(report.deleted, [crashed_dir]);
+        assert_eq!(
+            report.shared_skipped, None,
+            "savepoints use no shared files"
+        );
+        let left: Vec<(u64, CheckpointKind, bool)> = s
+            .list()
+            .unwrap()
+            .iter()
+            .map(|c| (c.id.0, c.kind, c.complete))
+            .collect();
+        assert_eq!(
+            left,
+            [
+                (2, CheckpointKind::Savepoint, false),
+                (3, CheckpointKind::Checkpoint, true),
+                (4, CheckpointKind::Savepoint, false)
+            ]
+        );
+        assert!(newer_dir.is_dir());
+        drop(live);
     }
 
     #[test]

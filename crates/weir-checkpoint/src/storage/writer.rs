@@ -1,66 +1,18 @@
 //! [`CheckpointWriter`]: writing the files of one checkpoint or savepoint, then its manifest.
 //!
-//! Also owns the in-process registry of checkpoints being written, which retention consults
-//! so that it never deletes a directory or a shared file a live writer still needs.
+//! Registers every writer, and every shared file it stores or reuses, in the storage's
+//! [`Registry`], which retention consults. Knows nothing of retention itself.
 
 use super::layout::{self, METADATA, METADATA_TMP};
 use super::manifest::{FileEntry, Manifest};
+use super::registry::Registry;
 use crate::error::{Error, Result};
 use crate::kind::CheckpointKind;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use weir_core::ids::CheckpointId;
-
-/// Checkpoints being written in this process: their directories and the shared files they
-/// wrote or reuse.
-#[derive(Debug, Default)]
-pub(crate) struct Registry {
-    next_token: AtomicU64,
-    writers: Mutex<HashMap<u64, InFlight>>,
-}
-
-#[derive(Debug)]
-pub(crate) struct InFlight {
-    pub(crate) dir: PathBuf,
-    pub(crate) shared: HashSet<String>,
-}
-
-impl Registry {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, HashMap<u64, InFlight>> {
-        self.writers.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn register(&self, dir: &Path) -> Result<u64> {
-        let mut writers = self.lock();
-        if writers.values().any(|w| w.dir == dir) {
-            return Err(Error::AlreadyExists {
-                path: dir.to_path_buf(),
-            });
-        }
-        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
-        let dir = dir.to_path_buf();
-        writers.insert(
-            token,
-            InFlight {
-                dir,
-                shared: HashSet::new(),
-            },
-        );
-        Ok(token)
-    }
-
-    fn protect_shared(&self, token: u64, name: &str) {
-        if let Some(w) = self.lock().get_mut(&token) {
-            w.shared.insert(name.to_string());
-        }
-    }
-
-    fn unregister(&self, token: u64) {
-        self.lock().remove(&token);
-    }
-}
 
 /// Writes the files of one checkpoint (or savepoint) and finally its manifest.
 ///
@@ -172,7 +124,50 @@ impl CheckpointWriter {
         if written.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
-        written.map(|()| new)
+        written?;
+        self.stored(&new);
+        Ok(new)
+    }
+
+    /// Reuses a shared file that a writer of this storage (or a clone of it) stored before
+    /// and that is still in `shared/`, without reading it: returns its entry and keeps the
+    /// file from retention until this checkpoint is finished or dropped. Returns `None` when
+    /// the file must be stored with [`link_shared`](Self::link_shared) or
+    /// [`write_shared`](Self::write_shared) instead: no writer of this process stored it, it
+    /// was deleted since (by [`retain`](crate::CheckpointStorage::retain), or by anyone: its
+    /// size is checked), or this writer writes a savepoint (which keeps its own copies).
+    ///
+    /// This is how a state backend's immutable files are stored once, by name, across
+    /// checkpoints, without a cache of its own that could outlive a deletion.
+    pub fn reuse_shared(&self, name: &str) -> Result<Option<FileEntry>> {
+        layout::validate_file_name(name)?;
+        if self.inner.kind.is_savepoint() {
+            return Ok(None);
+        }
+        self.reserve(name, true)?;
+        let path = self.inner.shared_dir.join(name);
+        // Under the registry's lock: retention either deleted the file (and forgot it)
+        // before, or sees it protected and keeps it.
+        let mut books = self.inner.registry.lock();
+        let Some(entry) = books.stored.get(name).cloned() else {
+            return Ok(None);
+        };
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() && m.len() == entry.size => {}
+            Ok(_) => {
+                books.stored.remove(name);
+                return Ok(None);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                books.stored.remove(name);
+                return Ok(None);
+            }
+            Err(e) => return Err(Error::io("read", path, e)),
+        }
+        if let Some(w) = books.writers.get_mut(&self.inner.token) {
+            w.shared.insert(name.to_string());
+        }
+        Ok(Some(entry))
     }
 
     /// Like [`CheckpointWriter::write_shared`], for a file that is already on disk and never
@@ -217,7 +212,16 @@ impl CheckpointWriter {
         if linked.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
-        linked.map(|()| new)
+        linked?;
+        self.stored(&new);
+        Ok(new)
+    }
+
+    /// Records a file this writer stored in (or found in) `shared/`.
+    fn stored(&self, entry: &FileEntry) {
+        if entry.shared {
+            self.inner.registry.remember_stored(entry);
+        }
     }
 
     /// Claims a shared file's name for this checkpoint and finds its place: `None` when an
@@ -237,7 +241,10 @@ impl CheckpointWriter {
         };
         let path = dir.join(name);
         match layout::file_crc(&path) {
-            Ok((size, crc)) if size == new.size && crc == new.crc32 => return Ok(None),
+            Ok((size, crc)) if size == new.size && crc == new.crc32 => {
+                self.stored(new);
+                return Ok(None);
+            }
             Ok((existing_size, existing_crc)) => {
                 return Err(Error::SharedConflict {
                     path,
@@ -316,11 +323,10 @@ impl CheckpointWriter {
         if any_shared {
             layout::sync_dir(&inner.shared_dir)?;
         }
-        let json =
-            serde_json::to_vec_pretty(&manifest).map_err(|source| Error::ManifestEncode {
-                path: inner.dir.clone(),
-                source,
-            })?;
+        let json = manifest.encode().map_err(|source| Error::ManifestEncode {
+            path: inner.dir.clone(),
+            source,
+        })?;
         let tmp = inner.dir.join(METADATA_TMP);
         layout::write_synced(&tmp, &json)?;
         let target = inner.dir.join(METADATA);
@@ -651,9 +657,19 @@ mod tests {
         w.write_shared("x", b"x").unwrap();
         let clone = w.clone();
         drop(w);
-        assert_eq!(s.registry.lock().len(), 1, "a clone keeps the writer alive");
-        assert!(s.registry.lock().values().all(|f| f.shared.contains("x")));
+        assert_eq!(
+            s.registry.lock().writers.len(),
+            1,
+            "a clone keeps the writer alive"
+        );
+        assert!(
+            s.registry
+                .lock()
+                .writers
+                .values()
+                .all(|f| f.shared.contains("x"))
+        );
         drop(clone);
-        assert!(s.registry.lock().is_empty());
+        assert!(s.registry.lock().writers.is_empty());
     }
 }

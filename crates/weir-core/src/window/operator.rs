@@ -15,7 +15,7 @@ use crate::output::{Collector, Control, Output};
 use crate::state::{HeapValueTable, StateTableInfo, decode_key_groups, encode_by_key_group};
 use crate::time::{MIN_WATERMARK, NO_TIMESTAMP, Timestamp};
 use crate::timer::TimerQueue;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -42,9 +42,46 @@ pub(crate) struct FixedWindows<K, A> {
     windows: BTreeMap<(Timestamp, Timestamp), WindowKeys<K, A>>,
 }
 
+/// One window's keys. Normally every key of a window fires together: `fired` says whether
+/// the window has. A window restored at another parallelism may merge keys from subtasks
+/// whose watermarks differed (idle inputs, at-least-once checkpoints): some of its keys
+/// fired there and the others did not. Then `fired` is false and `fired_keys` holds the
+/// keys that did, so the window fires for the others only.
 struct WindowKeys<K, A> {
     fired: bool,
     keys: FxHashMap<K, A>,
+    /// Keys that fired although the window has not (empty unless restored as above).
+    fired_keys: FxHashSet<K>,
+}
+
+impl<K: Key, A> WindowKeys<K, A> {
+    fn new(fired: bool) -> Self {
+        WindowKeys {
+            fired,
+            keys: FxHashMap::default(),
+            fired_keys: FxHashSet::default(),
+        }
+    }
+
+    /// Whether `key`'s result for this window has been emitted.
+    fn has_fired(&self, key: &K) -> bool {
+        self.fired || self.fired_keys.contains(key)
+    }
+
+    /// Adds a restored key with its own fired flag.
+    fn restore(&mut self, key: K, fired: bool, acc: A) {
+        if fired != self.fired {
+            if self.fired {
+                // The first key that has not fired: the window has not, for it.
+                self.fired_keys.extend(self.keys.keys().cloned());
+                self.fired = false;
+            }
+            if fired {
+                self.fired_keys.insert(key.clone());
+            }
+        }
+        self.keys.insert(key, acc);
+    }
 }
 
 /// One snapshotted entry of a fixed window: (max timestamp, start, fired, accumulator).
@@ -59,22 +96,17 @@ impl<K: Key, A: Data> StateTableInfo for RefCell<FixedWindows<K, A>> {
         let items = t.windows.iter().flat_map(|(&(max_ts, start), w)| {
             w.keys
                 .iter()
-                .map(move |(k, a)| (k, (max_ts, start, w.fired, a)))
+                .map(move |(k, a)| (k, (max_ts, start, w.has_fired(k), a)))
         });
         encode_by_key_group(max_parallelism, items)
     }
     fn restore(&self, blobs: &KeyGroupBlobs) -> Result<()> {
         let mut t = self.borrow_mut();
         for (k, (max_ts, start, fired, acc)) in decode_key_groups::<K, FixedEntry<A>>(blobs)? {
-            let w = t
-                .windows
+            t.windows
                 .entry((max_ts, start))
-                .or_insert_with(|| WindowKeys {
-                    fired,
-                    keys: FxHashMap::default(),
-                });
-            w.fired |= fired;
-            w.keys.insert(k, acc);
+                .or_insert_with(|| WindowKeys::new(fired))
+                .restore(k, fired, acc);
         }
         Ok(())
     }
@@ -223,11 +255,8 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
             let win = t
                 .windows
                 .entry((w.max_timestamp(), w.start))
-                .or_insert_with(|| WindowKeys {
-                    fired: due,
-                    keys: FxHashMap::default(),
-                });
-            let fired = win.fired;
+                .or_insert_with(|| WindowKeys::new(due));
+            let fired = win.has_fired(&key);
             match win.keys.get_mut(&key) {
                 Some(acc) => self.f.add(acc, v),
                 None => {
@@ -263,18 +292,21 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
                 break;
             }
             let w = TimeWindow::new(start, max_ts + 1);
-            let keys = if self.cleanup_time(&w) <= wm {
+            // Keys that fired before a restore at another parallelism are not emitted again.
+            let (keys, already) = if self.cleanup_time(&w) <= wm {
                 t.windows
                     .remove(&(max_ts, start))
-                    .map(|w| w.keys)
+                    .map(|w| (w.keys, w.fired_keys))
                     .unwrap_or_default()
             } else {
                 win.fired = true;
-                win.keys.clone()
+                (win.keys.clone(), std::mem::take(&mut win.fired_keys))
             };
             drop(t);
             for (key, acc) in &keys {
-                self.emit(key, &w, acc)?;
+                if !already.contains(key) {
+                    self.emit(key, &w, acc)?;
+                }
             }
         }
         // Drop fired windows whose allowed lateness has passed.
@@ -431,5 +463,217 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> Output<T> for WindowOperator<K, 
             late.control(event)?;
         }
         self.out.control(event)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Window state restored at another parallelism, driven the way the runtime drives a
+    //! window subtask: records and watermarks in, snapshots of its tables out, and restores
+    //! of the key groups a new subtask owns.
+
+    use super::*;
+    use crate::checkpoint::KeyGroupBlobs;
+    use crate::data::{key_group, key_group_range};
+    use crate::ids::CheckpointId;
+    use crate::state::{BackendSnapshot, KeyContext, KeyedStateBackend, StateContext};
+
+    const MAX_P: usize = 128;
+    /// Fired windows stay this long for late records.
+    const LATENESS: Timestamp = 100;
+
+    type Snapshot = BTreeMap<String, KeyGroupBlobs>;
+
+    /// A heap backend that keeps the operator's tables, to snapshot and restore them.
+    #[derive(Clone, Default)]
+    struct Tables(Rc<RefCell<BTreeMap<String, Rc<dyn StateTableInfo>>>>);
+
+    impl KeyedStateBackend for Tables {
+        fn name(&self) -> &'static str {
+            "test"
+        }
+        fn register(&mut self, name: &str, table: Rc<dyn StateTableInfo>) -> Result<()> {
+            self.0.borrow_mut().insert(name.to_string(), table);
+            Ok(())
+        }
+        fn entries(&self) -> usize {
+            self.0.borrow().values().map(|t| t.entries()).sum()
+        }
+        fn snapshot(&self, _: CheckpointId) -> Result<BackendSnapshot> {
+            let mut s = BackendSnapshot::default();
+            for (name, t) in self.0.borrow().iter() {
+                s.keyed.insert(name.clone(), t.snapshot(MAX_P)?);
+            }
+            Ok(s)
+        }
+    }
+
+    /// What a subtask emitted: (key, sum, window max timestamp).
+    #[derive(Clone, Default)]
+    struct Emitted(Rc<RefCell<Vec<(u64, i64, Timestamp)>>>);
+
+    impl Output<(u64, i64)> for Emitted {
+        fn record(&mut self, (k, v): (u64, i64), ts: Timestamp) -> Result<()> {
+            self.0.borrow_mut().push((k, v, ts));
+            Ok(())
+        }
+        fn control(&mut self, _: Control) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    struct Sum;
+
+    impl WindowFn<u64, (u64, i64), (u64, i64)> for Sum {
+        type Acc = i64;
+        fn create(&self) -> i64 {
+            0
+        }
+        fn add(&self, acc: &mut i64, (_, v): (u64, i64)) {
+            *acc += v;
+        }
+        fn merge(&self, acc: &mut i64, other: i64) {
+            *acc += other;
+        }
+        fn emit(
+            &self,
+            key: &u64,
+            _: &TimeWindow,
+            acc: &i64,
+            out: &mut Collector<(u64, i64)>,
+        ) -> Result<()> {
+            out.emit((*key, *acc));
+            Ok(())
+        }
+    }
+
+    /// Subtask `s` of a tumbling-window sum at parallelism `p`, restored from `restore` (the
+    /// snapshots of every old subtask) as the runtime restores it: the entries of the key
+    /// groups it owns.
+    struct Subtask {
+        op: WindowOperator<u64, (u64, i64), (u64, i64), Sum>,
+        tables: Tables,
+        out: Emitted,
+    }
+
+    impl Subtask {
+        fn new(p: usize, s: usize, restore: &[Snapshot]) -> Subtask {
+            let tables = Tables::default();
+            let mut state = StateContext::new(KeyContext::<u64>::new(), Box::new(tables.clone()));
+            let out = Emitted::default();
+            let op = WindowOperator::new(
+                Arc::new(|(k, _): &(u64, i64)| *k),
+                WindowAssigner::tumbling(10),
+                LATENESS,
+                Sum,
+                &mut state,
+                Box::new(out.clone()),
+                None,
+                OpInfo {
+                    name: Arc::from("window"),
+                    subtask: s,
+                    parallelism: p,
+                },
+            )
+            .unwrap();
+            let range = key_group_range(s, MAX_P, p);
+            for snap in restore {
+                for (name, blobs) in snap {
+                    let mine: KeyGroupBlobs = blobs
+                        .iter()
+                        .filter(|(g, _)| range.contains(g))
+                        .cloned()
+                        .collect();
+                    tables.0.borrow()[name].restore(&mine).unwrap();
+                }
+            }
+            Subtask { op, tables, out }
+        }
+        fn record(&mut self, key: u64, v: i64, ts: Timestamp) {
+            self.op.record((key, v), ts).unwrap();
+        }
+        fn watermark(&mut self, wm: Timestamp) {
+            self.op.control(Control::Watermark(wm)).unwrap();
+        }
+        fn snapshot(&self) -> Snapshot {
+            self.tables.snapshot(CheckpointId(1)).unwrap().keyed
+        }
+        fn take(&self) -> Vec<(u64, i64, Timestamp)> {
+            let mut v = std::mem::take(&mut *self.out.0.borrow_mut());
+            v.sort_unstable();
+            v
+        }
+    }
+
+    /// A key whose key group lies in `groups`.
+    fn key_in(groups: std::ops::Range<u32>) -> u64 {
+        (0u64..)
+            .find(|k| groups.contains(&key_group(k, MAX_P).0))
+            .unwrap()
+    }
+
+    /// Keys `a` and `b` belong to different subtasks at parallelism 2 and to subtask 1 at
+    /// parallelism 3. At parallelism 2, subtask 0's watermark has passed window [0, 10)
+    /// and fired it for `a`, while subtask 1's (held back by an input that was idle for it
+    /// alone, or by an at-least-once checkpoint) has not fired it for `b`.
+    fn checkpoint_at_parallelism_2() -> (u64, u64, Vec<Snapshot>) {
+        let (a, b) = (key_in(43..64), key_in(64..86));
+        let mut s0 = Subtask::new(2, 0, &[]);
+        let mut s1 = Subtask::new(2, 1, &[]);
+        s0.record(a, 1, 1);
+        s0.record(a, 2, 5);
+        s1.record(b, 10, 3);
+        s0.watermark(12);
+        s1.watermark(5);
+        assert_eq!(s0.take(), [(a, 3, 9)]);
+        assert_eq!(s1.take(), []);
+        (a, b, vec![s0.snapshot(), s1.snapshot()])
+    }
+
+    /// After the restore: a late record for `a`, which fired before, fires it again at once
+    /// (allowed lateness); the watermark passing the window fires it for `b` alone, which
+    /// had not fired; from then on a late record for `b` fires it again at once too.
+    fn resume(s: &mut Subtask, a: u64, b: u64) {
+        s.record(a, 4, 7);
+        assert_eq!(s.take(), [(a, 7, 9)], "a fired before the restore");
+        s.watermark(20);
+        assert_eq!(s.take(), [(b, 10, 9)], "b's result must not be suppressed");
+        s.record(b, 5, 8);
+        assert_eq!(s.take(), [(b, 15, 9)]);
+        s.watermark(200);
+        assert_eq!(s.take(), []);
+    }
+
+    #[test]
+    fn restored_at_parallelism_1_every_key_fires_exactly_once() {
+        let (a, b, snaps) = checkpoint_at_parallelism_2();
+        resume(&mut Subtask::new(1, 0, &snaps), a, b);
+    }
+
+    #[test]
+    fn restored_at_parallelism_3_every_key_fires_exactly_once() {
+        let (a, b, snaps) = checkpoint_at_parallelism_2();
+        for s in [0, 2] {
+            let mut other = Subtask::new(3, s, &snaps);
+            other.watermark(200);
+            assert_eq!(other.take(), [], "subtask {s} of 3 owns neither key");
+        }
+        resume(&mut Subtask::new(3, 1, &snaps), a, b);
+    }
+
+    #[test]
+    fn per_key_fired_state_survives_another_checkpoint_and_rescale() {
+        let (a, b, snaps) = checkpoint_at_parallelism_2();
+        // Restored at parallelism 1 and checkpointed again before the window fires there,
+        // then restored at parallelism 2 again: each key keeps its own state.
+        let merged = Subtask::new(1, 0, &snaps).snapshot();
+        let mut s0 = Subtask::new(2, 0, std::slice::from_ref(&merged));
+        let mut s1 = Subtask::new(2, 1, std::slice::from_ref(&merged));
+        s0.watermark(20);
+        s1.watermark(20);
+        assert_eq!(s0.take(), [], "a fired before");
+        assert_eq!(s1.take(), [(b, 10, 9)]);
+        s0.record(a, 4, 7);
+        assert_eq!(s0.take(), [(a, 7, 9)]);
     }
 }
