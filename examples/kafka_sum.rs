@@ -16,14 +16,18 @@
 //!   restarts), commit everything, exit 0.
 //! - Started again with the same CKDIR it resumes automatically from the newest complete
 //!   checkpoint, after finishing or re-producing the output transactions the previous run
-//!   left pending.
+//!   left pending. `--from-savepoint PATH` starts from a savepoint (or a specific
+//!   checkpoint) instead, possibly copied elsewhere and with another CKDIR.
+//! - Stopped with `weir savepoint stop CKDIR`, it prints `stopped with savepoint PATH` on
+//!   standard output and exits 0.
 //! - A record that is not `key`/i64 fails the job with the topic, partition and offset, unless
 //!   `--dead-letter-topic DLQ` is given, which sets such records aside there.
 //!
 //! More options: `--checkpoint-timeout-ms MS` (default 30000), `--transaction-timeout-ms MS`
 //! (default 60000; must cover interval + checkpoint timeout and stay within the broker's
 //! `transaction.max.timeout.ms`), `--transactional-id-prefix NAME` (default `kafka_sum`),
-//! `--at-least-once`, `--state memory|rocksdb` (rocksdb needs the `rocksdb` feature).
+//! `--at-least-once`, `--state memory|rocksdb` (rocksdb needs the `rocksdb` feature),
+//! `--from-savepoint PATH`.
 //!
 //! A broker for trying it: `scripts/kafka.sh start` (see README).
 
@@ -47,6 +51,7 @@ struct Args {
     dead_letter: Option<String>,
     at_least_once: bool,
     state: BackendKind,
+    from_savepoint: Option<PathBuf>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -63,6 +68,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut dead_letter = None;
     let mut at_least_once = false;
     let mut state = BackendKind::parse("memory")?;
+    let mut from_savepoint = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -86,13 +92,14 @@ fn parse_args() -> anyhow::Result<Args> {
             "--dead-letter-topic" => dead_letter = Some(value()?),
             "--at-least-once" => at_least_once = true,
             "--state" => state = BackendKind::parse(&value()?)?,
+            "--from-savepoint" => from_savepoint = Some(PathBuf::from(value()?)),
             "-h" | "--help" => {
                 println!(
                     "usage: kafka_sum --brokers HOST:PORT --input-topic IN --output-topic OUT \
                      --checkpoint-dir CKDIR [--checkpoint-interval-ms MS] [--parallelism P] \
                      [--bounded] [--checkpoint-timeout-ms MS] [--transaction-timeout-ms MS] \
                      [--transactional-id-prefix NAME] [--dead-letter-topic DLQ] \
-                     [--at-least-once] [--state memory|rocksdb]"
+                     [--at-least-once] [--state memory|rocksdb] [--from-savepoint PATH]"
                 );
                 std::process::exit(0);
             }
@@ -113,6 +120,7 @@ fn parse_args() -> anyhow::Result<Args> {
         dead_letter,
         at_least_once,
         state,
+        from_savepoint,
     })
 }
 
@@ -161,6 +169,7 @@ fn main() -> anyhow::Result<()> {
     let mut checkpoints = CheckpointConfig::new(&args.checkpoint_dir)
         .interval(Duration::from_millis(args.interval_ms));
     checkpoints.timeout = Duration::from_millis(args.checkpoint_timeout_ms);
+    checkpoints.restore_from = args.from_savepoint.clone();
     let env = Env::new()
         .parallelism(args.parallelism)
         .state_backend(args.state.clone())
@@ -195,6 +204,14 @@ fn main() -> anyhow::Result<()> {
         .sink("kafka-sink", sink.factory())
         .uid("kafka-sink");
     let result = env.execute("kafka_sum").context("kafka_sum failed")?;
+    if result.stopped_with_savepoint {
+        let path = result
+            .savepoints
+            .last()
+            .context("stopped without a savepoint path")?;
+        println!("stopped with savepoint {}", path.display());
+        return Ok(());
+    }
     eprintln!(
         "kafka_sum: done, {} records read in {:.2}s",
         result.records_read(),

@@ -9,5 +9,6 @@ mod basics;
 mod chaos;
 mod dead_letters;
 mod errors;
+mod identity;
 mod source;
 mod support;
