@@ -154,13 +154,22 @@ fn stop_with_savepoint(run: Running, ck: &Path) -> PathBuf {
 #[test]
 fn a_savepoint_resumed_in_a_new_checkpoint_directory_commits_every_sum_once() {
     let mut s = Sums::new("newdir");
-    s.feed(20_000);
+    s.feed(10_000);
     let first = s.path("first");
     let run = wait_committed(
         Running::start(&mut s.command(&first, 2, &[])),
         &s.output,
-        20_000,
+        10_000,
     );
+    // More input after a dozen checkpoints: the first run's last commits name checkpoint
+    // ids far above those the resumed run will start from in its new directory.
+    wait_for("a dozen checkpoints", LIMIT, || {
+        complete_checkpoints(&first)
+            .last()
+            .is_some_and(|n| *n >= 12)
+    });
+    s.feed(10_000);
+    let run = wait_committed(run, &s.output, 20_000);
     let sp = stop_with_savepoint(run, &first);
     let moved = s
         .path("moved")
