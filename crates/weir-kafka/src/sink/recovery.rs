@@ -331,7 +331,7 @@ impl<T: 'static> KafkaSinkFunction<T> {
         why: Option<&str>,
     ) -> Result<KnownMarker> {
         let topic = w.identity.topic.clone();
-        let lineage = w.subtask;
+        let writer = w.subtask;
         let c = read_consumer(&self.cfg.brokers, "read_uncommitted")?;
         let mut tpl = TopicPartitionList::new();
         let mut ends = BTreeMap::new();
@@ -340,7 +340,7 @@ impl<T: 'static> KafkaSinkFunction<T> {
                 format!("the commit markers cannot tell ({w}), and ")
             });
             KafkaError::Recovery(format!(
-                "checkpoint {} of subtask {lineage} pre-committed {} records to {topic} that were \
+                "checkpoint {} of subtask {writer} pre-committed {} records to {topic} that were \
                  not committed; {markers}{detail}. Refusing to resume with a gap in the output; \
                  raise the topic's retention.ms",
                 e.epoch, e.records
@@ -359,7 +359,7 @@ impl<T: 'static> KafkaSinkFunction<T> {
             ends.insert(p, high);
         }
         type Rec = (i32, Option<Vec<u8>>, Option<Vec<u8>>, Option<i64>);
-        let mut col: EpochCollector<Rec> = EpochCollector::new(lineage, e.token, e.records);
+        let mut col: EpochCollector<Rec> = EpochCollector::new(writer, e.token, e.records);
         if !ends.is_empty() {
             c.assign(&tpl)
                 .map_err(|er| KafkaError::Broker(format!("assigning {topic}: {er}")))?;
@@ -401,7 +401,7 @@ impl<T: 'static> KafkaSinkFunction<T> {
             .map_err(|er| KafkaError::Broker(format!("begin transaction: {er}")))?;
         reset(producer);
         for (seq, (p, k, v, ts)) in records.iter().enumerate() {
-            let h = txn::encode_header(lineage, e.token, seq as u64);
+            let h = txn::encode_header(writer, e.token, seq as u64);
             let headers = OwnedHeaders::new_with_capacity(1).insert(Header {
                 key: TXN_HEADER,
                 value: Some(&h[..]),
@@ -423,7 +423,7 @@ impl<T: 'static> KafkaSinkFunction<T> {
                 failpoint::hit("kafka.during_replay");
             }
         }
-        let key = w.identity.marker_key(lineage);
+        let key = w.identity.marker_key(writer);
         let copy = super::random_u64().max(1);
         let value = MarkerValue::Closes {
             lineage: if w.legacy {
@@ -431,7 +431,7 @@ impl<T: 'static> KafkaSinkFunction<T> {
             } else {
                 w.lineage_token
             },
-            subtask: lineage,
+            subtask: writer,
             epoch: e.epoch,
             token: e.token,
             copy,
@@ -453,7 +453,7 @@ impl<T: 'static> KafkaSinkFunction<T> {
             .commit_transaction(KAFKA_TIMEOUT)
             .map_err(|er| KafkaError::Broker(format!("committing the re-produced epoch: {er}")))?;
         eprintln!(
-            "[weir] kafka sink '{}': re-produced {} records of checkpoint {} (subtask {lineage}), \
+            "[weir] kafka sink '{}': re-produced {} records of checkpoint {} (subtask {writer}), \
              which was pre-committed but not committed before the failure",
             w.identity.prefix, e.records, e.epoch
         );
@@ -461,7 +461,7 @@ impl<T: 'static> KafkaSinkFunction<T> {
             topic: marker_topic.clone(),
             partition: p,
             key,
-            subtask: lineage,
+            subtask: writer,
             offset: o,
             token: Some(e.token),
             copy,
