@@ -11,6 +11,7 @@ fn ctx() -> SinkContext {
         checkpointing: true,
         checkpoint_timing: None,
         name: "pay".into(),
+        operator_id: "pay".into(),
     }
 }
 

@@ -9,6 +9,7 @@ mod basics;
 mod chaos;
 mod dead_letters;
 mod errors;
+mod identity;
 mod lifecycle;
 mod source;
 mod support;

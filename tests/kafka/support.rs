@@ -109,6 +109,17 @@ impl Read {
 /// at the time of the call. Waits (up to a minute) while an open transaction holds the
 /// last stable offset back.
 pub fn read_all(topic: &str, isolation: &str) -> Vec<Read> {
+    read_up_to(topic, isolation, false)
+}
+
+/// What a `read_committed` reader sees now: every partition read up to its last stable
+/// offset, without waiting for open transactions.
+#[allow(dead_code)]
+pub fn read_committed_now(topic: &str) -> Vec<Read> {
+    read_up_to(topic, "read_committed", true)
+}
+
+fn read_up_to(topic: &str, isolation: &str, stable: bool) -> Vec<Read> {
     use rdkafka::message::Headers;
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", broker())
@@ -126,8 +137,14 @@ pub fn read_all(topic: &str, isolation: &str) -> Vec<Read> {
     let mut tpl = TopicPartitionList::new();
     for p in &parts {
         // The end of the log, not the last stable offset (which a read_committed client
-        // would be told): a reader must wait for open transactions, not stop before them.
-        let (_, high) = weir_kafka::admin::watermarks(broker(), topic, *p).expect("watermarks");
+        // would be told): a reader must wait for open transactions, not stop before them —
+        // unless it asked for what is committed now (`stable`).
+        let (_, high) = if stable {
+            weir_kafka::admin::stable_watermarks(broker(), topic, *p)
+        } else {
+            weir_kafka::admin::watermarks(broker(), topic, *p)
+        }
+        .expect("watermarks");
         if high > 0 {
             ends.insert(*p, high);
             tpl.add_partition_offset(topic, *p, Offset::Beginning)
@@ -507,4 +524,93 @@ pub fn open_transactions(topic: &str) -> Vec<(i32, i64, i64)> {
         }
     }
     open
+}
+
+fn admin() -> rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .create()
+        .expect("admin client")
+}
+
+/// Deletes `topic` and waits (with a deadline) until the broker no longer lists it.
+#[allow(dead_code)]
+pub fn delete_topic(topic: &str) {
+    let opts = rdkafka::admin::AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let res = futures_executor::block_on(admin().delete_topics(&[topic], &opts)).expect("delete");
+    for r in res {
+        r.unwrap_or_else(|(t, e)| panic!("deleting topic {t}: {e}"));
+    }
+    wait_for(
+        &format!("topic {topic} to be deleted"),
+        Duration::from_secs(30),
+        || !weir_kafka::admin::topic_exists(broker(), topic).expect("metadata"),
+    );
+}
+
+/// Deletes every record of `topic`/`partition` (what retention does, deterministically):
+/// the partition then starts at its end offset. Returns that offset.
+#[allow(dead_code)]
+pub fn delete_all_records(topic: &str, partition: i32) -> i64 {
+    let (_, high) = weir_kafka::admin::watermarks(broker(), topic, partition).expect("watermarks");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(high))
+        .expect("tpl");
+    let opts = rdkafka::admin::AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let res =
+        futures_executor::block_on(admin().delete_records(&tpl, &opts)).expect("delete records");
+    for e in res.elements() {
+        if let Err(err) = e.error() {
+            panic!("deleting records of {topic}/{partition}: {err}");
+        }
+    }
+    wait_for(
+        &format!("{topic}/{partition} to start at {high}"),
+        Duration::from_secs(30),
+        || {
+            weir_kafka::admin::watermarks(broker(), topic, partition)
+                .expect("watermarks")
+                .0
+                >= high
+        },
+    );
+    high
+}
+
+/// The newest complete savepoint (`sp-…` directory with a `_metadata`) in `dir`.
+#[allow(dead_code)]
+pub fn newest_savepoint(dir: &std::path::Path) -> Option<PathBuf> {
+    let mut sps: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("sp-"))
+                && p.join("_metadata").exists()
+        })
+        .collect();
+    sps.sort();
+    sps.pop()
+}
+
+/// Copies a directory tree (a savepoint moved elsewhere).
+#[allow(dead_code)]
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("create copy");
+    for e in std::fs::read_dir(from).expect("read dir").flatten() {
+        let target = to.join(e.file_name());
+        if e.file_type().expect("file type").is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).expect("copy file");
+        }
+    }
+}
+
+/// Asks the job running on checkpoint directory `dir` to stop with a savepoint (what
+/// `weir savepoint stop DIR` does).
+#[allow(dead_code)]
+pub fn request_stop(dir: &std::path::Path) {
+    std::fs::write(dir.join(weir::SAVEPOINT_REQUEST_FILE), "stop").expect("request savepoint");
 }

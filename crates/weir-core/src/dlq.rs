@@ -20,7 +20,7 @@
 //! let dir = tempfile::tempdir().unwrap();
 //! let ctx = weir_core::ops::sink::SinkContext {
 //!     subtask: 0, parallelism: 1, checkpointing: false,
-//!     checkpoint_timing: None, name: "pay".into(),
+//!     checkpoint_timing: None, name: "pay".into(), operator_id: "pay".into(),
 //! };
 //! let mut q = (dlq::to_dir(dir.path()))("payments", &ctx).unwrap();
 //! q.send(&DeadLetter::new("payments", "order-7", "amount must be positive", 1,
@@ -273,6 +273,7 @@ mod tests {
             checkpointing: true,
             checkpoint_timing: None,
             name: "s".into(),
+            operator_id: "s".into(),
         }
     }
 

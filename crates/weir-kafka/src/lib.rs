@@ -49,5 +49,5 @@ pub mod txn;
 
 pub use dlq::dead_letters;
 pub use error::{KafkaError, Result};
-pub use sink::{DeliveryGuarantee, KafkaSink, KafkaSinkFunction};
+pub use sink::{DeliveryGuarantee, EXTRA_PRODUCERS, KafkaSink, KafkaSinkFunction};
 pub use source::{KafkaRecord, KafkaSource, KafkaSourceFunction, StartFrom};

@@ -29,6 +29,10 @@ pub struct SinkContext {
     pub checkpoint_timing: Option<(std::time::Duration, std::time::Duration)>,
     /// The sink's display name.
     pub name: String,
+    /// The sink's stable operator id: its uid, or derived from its position in the graph.
+    /// Unique among the operators of a job (two sinks of one job never share it), and the
+    /// key its checkpointed state is restored under.
+    pub operator_id: String,
 }
 
 #[cfg(test)]
@@ -41,6 +45,7 @@ impl SinkContext {
             checkpointing: true,
             checkpoint_timing: None,
             name: name.into(),
+            operator_id: format!("0-{name}"),
         }
     }
 }
@@ -110,6 +115,7 @@ impl<T: 'static, S: SinkFunction<T>> SinkOp<T, S> {
             checkpointing: ctx.checkpointing,
             checkpoint_timing: ctx.checkpoint_timing,
             name: ctx.name.to_string(),
+            operator_id: ctx.operator_id.to_string(),
         };
         if let Some(r) = ctx.restore
             && let Some(id) = r.checkpoint

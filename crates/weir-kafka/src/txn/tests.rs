@@ -1,27 +1,17 @@
 //! Unit and property tests of the sink's transaction bookkeeping: [`TxnBook`] against a
-//! reference model, [`plan_recovery`], [`decide`], the record header and [`EpochCollector`].
+//! reference model (pool growth and the markers a snapshot knows included), the record
+//! header and [`EpochCollector`]. The restore's decisions are in `recovery_tests.rs`.
 
+use super::book::Slot;
 use super::*;
 use proptest::prelude::*;
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
 // ---------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------
-
-/// A pending epoch with one record and no first offsets, as found in a snapshot; its token
-/// is `1000 + epoch`.
-fn pe(epoch: u64, slot: u32, marker: PartitionOffset) -> PendingEpoch {
-    PendingEpoch {
-        epoch,
-        slot,
-        token: 1000 + epoch,
-        records: 1,
-        first_offsets: vec![],
-        marker,
-    }
-}
 
 /// Begins (or continues) a transaction, writes `records` (> 0) records, each delivered on
 /// partition 0 at `100 * epoch + seq`, and pre-commits it at barrier `epoch`.
@@ -42,27 +32,9 @@ fn write_epoch(
         .expect("an epoch with records is pre-committed")
 }
 
-fn snap(
-    lineage: u32,
-    parallelism: u32,
-    pool: u32,
-    pending: Vec<PendingEpoch>,
-    last_committed_marker: Option<PartitionOffset>,
-) -> SinkSnapshot {
-    SinkSnapshot {
-        version: SNAPSHOT_VERSION,
-        lineage,
-        parallelism,
-        pool,
-        pending,
-        last_committed_marker,
-    }
-}
-
-fn ids(list: &[(u32, u32)]) -> Vec<String> {
-    list.iter()
-        .map(|&(l, s)| transactional_id("sink", l, s))
-        .collect()
+/// The (partition, offset) of every marker a snapshot knows, in key order.
+fn known_at(s: &SinkSnapshot) -> Vec<PartitionOffset> {
+    s.known.iter().map(|k| (k.partition, k.offset)).collect()
 }
 
 fn slots_state(book: &TxnBook) -> Vec<Slot> {
@@ -82,16 +54,19 @@ fn new_book_is_empty() {
     assert_eq!(book.pending().count(), 0);
     assert_eq!(book.complete(u64::MAX), Vec::<(u32, u64)>::new());
     assert_eq!(slots_state(&book), vec![Slot::Free, Slot::Free]);
-    assert_eq!(SNAPSHOT_VERSION, 1);
+    assert_eq!(SNAPSHOT_VERSION, 2);
     assert_eq!(
         book.snapshot(5),
         SinkSnapshot {
-            version: 1,
-            lineage: 3,
+            version: 2,
+            identity: SinkIdentity::default(),
+            subtask: 3,
             parallelism: 5,
             pool: 2,
+            lineage_token: 0,
+            lineage_tokens: vec![],
             pending: vec![],
-            last_committed_marker: None,
+            known: vec![],
         }
     );
 }
@@ -479,7 +454,7 @@ fn committed_must_be_the_oldest_pending_epoch() {
         book.pending().cloned().collect::<Vec<_>>(),
         vec![p2, p4.clone()]
     );
-    assert_eq!(book.snapshot(1).last_committed_marker, None);
+    assert_eq!(known_at(&book.snapshot(1)), vec![(0, 40)]);
 
     assert_eq!(book.committed(2), Ok(()));
     assert_eq!(
@@ -575,9 +550,11 @@ fn pool_exhaustion_and_recovery() {
             pending: vec![1, 2]
         }
         .to_string(),
-        "all 2 transactional producers hold epochs waiting for their checkpoints ([1, 2]): \
-         checkpoints are failing or completing slower than they start; fix the checkpoint \
-         failures or raise the sink's producer pool size"
+        "all 2 transactional producers hold epochs waiting for a checkpoint to complete \
+         ([1, 2]): checkpoints are failing, or savepoints were taken one after another without \
+         a checkpoint completing in between (an intermediate savepoint commits nothing; the \
+         next checkpoint commits it); fix the checkpoint failures, space the savepoints out, \
+         or raise the sink's producer pool size"
     );
 }
 
@@ -645,13 +622,36 @@ fn aborted_checkpoints_are_committed_by_a_later_completion() {
     // checkpoint 1 completes
     assert_eq!(book.complete(1), vec![(0, 1)]);
     assert_eq!(book.committed(1), Ok(()));
-    assert_eq!(book.snapshot(1).last_committed_marker, Some(p1.marker));
+    // the snapshot knows the newest marker per partition, committed or pending
+    assert_eq!(known_at(&book.snapshot(1)), vec![p2.marker, p4.marker]);
     // checkpoint 2 aborted (never notified), checkpoint 3 completes: 2 and 3 commit
     assert_eq!(book.complete(3), vec![(1, 2), (2, 3)]);
     assert_eq!(book.committed(2), Ok(()));
-    assert_eq!(book.snapshot(1).last_committed_marker, Some(p2.marker));
     assert_eq!(book.committed(3), Ok(()));
-    assert_eq!(book.snapshot(1).last_committed_marker, Some(p3.marker));
+    assert_eq!(
+        book.snapshot(1).known,
+        vec![
+            KnownMarker {
+                topic: String::new(),
+                partition: 0,
+                key: "/0".into(),
+                subtask: 0,
+                offset: 20,
+                token: Some(p2.token),
+                copy: 0,
+            },
+            KnownMarker {
+                topic: String::new(),
+                partition: 1,
+                key: "/0".into(),
+                subtask: 0,
+                offset: 40,
+                token: Some(p4.token),
+                copy: 0,
+            },
+        ]
+    );
+    let _ = (p1, p3);
     assert_eq!(book.pending().cloned().collect::<Vec<_>>(), vec![p4]);
     assert_eq!(
         slots_state(&book),
@@ -661,9 +661,33 @@ fn aborted_checkpoints_are_committed_by_a_later_completion() {
     assert_eq!(book.complete(2), Vec::<(u32, u64)>::new());
 }
 
+fn identity() -> SinkIdentity {
+    SinkIdentity {
+        prefix: "sums".into(),
+        marker_topic: "weir-markers.sums".into(),
+        topic: "out".into(),
+    }
+}
+
+fn known(partition: i32, key: &str, subtask: u32, offset: i64, token: u64) -> KnownMarker {
+    KnownMarker {
+        topic: "weir-markers.sums".into(),
+        partition,
+        key: key.into(),
+        subtask,
+        offset,
+        token: Some(token),
+        copy: 0,
+    }
+}
+
 #[test]
 fn snapshot_contents() {
-    let mut book = TxnBook::new(2, 3).with_run_id(7000);
+    let mut book = TxnBook::new(2, 3)
+        .with_run_id(7000)
+        .with_max_pool(5)
+        .with_identity(identity(), 44, &[55, 44]);
+    assert_eq!(book.lineage_token(), 44);
     assert_eq!(book.begin(), Ok(0));
     book.next_seq().unwrap();
     book.next_seq().unwrap();
@@ -685,7 +709,7 @@ fn snapshot_contents() {
     assert_eq!(book.begin(), Ok(1));
     book.next_seq().unwrap();
     book.delivered(2, 7);
-    let p11 = book.precommit(11, (1, 5)).unwrap().cloned().unwrap();
+    let p11 = book.precommit(11, (0, 105)).unwrap().cloned().unwrap();
     assert_eq!(
         p11,
         PendingEpoch {
@@ -694,7 +718,7 @@ fn snapshot_contents() {
             token: 7001,
             records: 1,
             first_offsets: vec![(2, 7)],
-            marker: (1, 5),
+            marker: (0, 105),
         }
     );
     // an open epoch is not part of the snapshot
@@ -708,69 +732,98 @@ fn snapshot_contents() {
         s,
         SinkSnapshot {
             version: SNAPSHOT_VERSION,
-            lineage: 2,
+            identity: identity(),
+            subtask: 2,
             parallelism: 4,
-            pool: 3,
+            // the pool may grow to 5: a restore fences all 5 ids
+            pool: 5,
+            lineage_token: 44,
+            lineage_tokens: vec![44, 55],
             pending: vec![p10.clone(), p11.clone()],
-            last_committed_marker: None,
+            known: vec![known(0, "sums/2", 2, 105, 7001)],
         }
     );
     assert_eq!(book.pending().cloned().collect::<Vec<_>>(), s.pending);
 
     // the snapshot round-trips through the checkpoint encoding
-    let cfg = bincode::config::standard();
-    let bytes = bincode::serde::encode_to_vec(&s, cfg).unwrap();
-    let (back, read): (SinkSnapshot, usize) =
-        bincode::serde::decode_from_slice(&bytes, cfg).unwrap();
-    assert_eq!(back, s);
-    assert_eq!(read, bytes.len());
+    let bytes = encode_snapshot(&s).unwrap();
+    assert_eq!(decode_snapshot(&bytes, &SinkIdentity::default()), Ok(s));
 
     assert_eq!(book.committed(10), Ok(()));
-    assert_eq!(
-        book.snapshot(4),
-        SinkSnapshot {
-            version: 1,
-            lineage: 2,
-            parallelism: 4,
-            pool: 3,
-            pending: vec![p11],
-            last_committed_marker: Some((0, 100)),
-        }
-    );
     assert_eq!(book.committed(11), Ok(()));
-    assert_eq!(
-        book.snapshot(7),
-        SinkSnapshot {
-            version: 1,
-            lineage: 2,
-            parallelism: 7,
-            pool: 3,
-            pending: vec![],
-            last_committed_marker: Some((1, 5)),
-        }
+    let s = book.snapshot(7);
+    assert_eq!((s.parallelism, s.pending.clone()), (7, vec![]));
+    assert_eq!(s.known, vec![known(0, "sums/2", 2, 105, 7001)]);
+}
+
+#[test]
+fn carried_markers_stay_until_this_subtask_writes_newer_ones() {
+    let carried = vec![
+        // this subtask's own newest marker of the previous run
+        known(0, "sums/1", 1, 50, 1),
+        // a subtask it took over (rescaled from 4 to 3), and an old name of the sink
+        known(0, "sums/4", 4, 60, 2),
+        KnownMarker {
+            topic: "weir-markers.old".into(),
+            ..known(0, "old/1", 1, 7, 3)
+        },
+    ];
+    let mut book = TxnBook::new(1, 2)
+        .with_identity(identity(), 9, &[9])
+        .carry(carried.clone());
+    let mut sorted = carried.clone();
+    sorted.sort_by(|a, b| (&a.topic, a.partition, &a.key).cmp(&(&b.topic, b.partition, &b.key)));
+    assert_eq!(book.snapshot(3).known, sorted);
+    // a pending epoch of this run replaces its own entry; the others stay
+    let p = write_epoch(&mut book, 8, 1, (0, 70));
+    let s = book.snapshot(3);
+    assert_eq!(s.known.len(), 3);
+    assert!(s.known.contains(&known(0, "sums/1", 1, 70, p.token)));
+    assert!(s.known.contains(&carried[1]) && s.known.contains(&carried[2]));
+    // committed, it stays the newest
+    assert_eq!(book.committed(8), Ok(()));
+    assert!(
+        book.snapshot(3)
+            .known
+            .contains(&known(0, "sums/1", 1, 70, p.token))
     );
 }
 
 #[test]
-fn set_last_committed_marker_only_sets_when_none() {
-    let mut book = TxnBook::new(0, 2);
-    book.set_last_committed_marker(None);
-    assert_eq!(book.snapshot(1).last_committed_marker, None);
-    book.set_last_committed_marker(Some((0, 5)));
-    assert_eq!(book.snapshot(1).last_committed_marker, Some((0, 5)));
-    book.set_last_committed_marker(Some((1, 9)));
-    assert_eq!(book.snapshot(1).last_committed_marker, Some((0, 5)));
-    book.set_last_committed_marker(None);
-    assert_eq!(book.snapshot(1).last_committed_marker, Some((0, 5)));
-
-    // a commit of this run replaces the recovered marker
-    write_epoch(&mut book, 3, 1, (0, 9));
-    assert_eq!(book.snapshot(1).last_committed_marker, Some((0, 5)));
-    assert_eq!(book.committed(3), Ok(()));
-    assert_eq!(book.snapshot(1).last_committed_marker, Some((0, 9)));
-    // and a recovered marker set later does not replace it
-    book.set_last_committed_marker(Some((0, 1)));
-    assert_eq!(book.snapshot(1).last_committed_marker, Some((0, 9)));
+fn the_pool_grows_up_to_its_maximum_when_savepoints_keep_epochs_pending() {
+    // pool 3, may grow to 5: savepoints 2 and 3 are not notified, checkpoint 4 is in flight
+    let mut book = TxnBook::new(0, 3).with_max_pool(5);
+    assert_eq!(book.max_pool(), 5);
+    write_epoch(&mut book, 1, 1, (0, 1)); // checkpoint 1
+    assert_eq!(book.complete(1), vec![(0, 1)]);
+    assert_eq!(book.committed(1), Ok(()));
+    write_epoch(&mut book, 2, 1, (0, 2)); // savepoint 2: slot 0
+    write_epoch(&mut book, 3, 1, (0, 3)); // savepoint 3: slot 1
+    write_epoch(&mut book, 4, 1, (0, 4)); // checkpoint 4: slot 2, not yet notified
+    assert_eq!(book.pool(), 3);
+    assert_eq!(book.begin(), Ok(3)); // the epoch after barrier 4: a fourth slot
+    assert_eq!(book.pool(), 4);
+    assert_eq!(book.snapshot(1).pool, 5);
+    write_epoch(&mut book, 5, 1, (0, 5)); // savepoint 5
+    assert_eq!(book.begin(), Ok(4));
+    write_epoch(&mut book, 6, 1, (0, 6));
+    assert_eq!(
+        book.begin(),
+        Err(BookError::PoolExhausted {
+            pool: 5,
+            pending: vec![2, 3, 4, 5, 6]
+        })
+    );
+    // checkpoint 6 completes: everything up to it commits, oldest first, slots free again
+    let order = book.complete(6);
+    assert_eq!(order, vec![(0, 2), (1, 3), (2, 4), (3, 5), (4, 6)]);
+    for (_, e) in order {
+        assert_eq!(book.committed(e), Ok(()));
+    }
+    assert_eq!(book.begin(), Ok(0));
+    assert_eq!(book.pool(), 5);
+    // a maximum below the pool is the pool
+    assert_eq!(TxnBook::new(0, 3).with_max_pool(1).max_pool(), 3);
 }
 
 #[test]
@@ -830,8 +883,10 @@ struct ModelOpen {
 
 #[derive(Debug)]
 struct Model {
-    lineage: u32,
+    subtask: u32,
+    /// Slots now, and the most the pool may grow to.
     pool: u32,
+    max_pool: u32,
     run_id: u64,
     /// Transactions begun so far: the next one's token is `run_id + begun`.
     begun: u64,
@@ -841,7 +896,8 @@ struct Model {
     pending: Vec<PendingEpoch>,
     barriers: Vec<u64>,
     newest: Option<u64>,
-    last_committed_marker: Option<PartitionOffset>,
+    /// Per marker partition, the newest committed marker's offset and token.
+    committed_markers: BTreeMap<i32, (i64, u64)>,
     /// Successful `next_seq` calls.
     seq_calls: u64,
     committed_records: u64,
@@ -849,10 +905,11 @@ struct Model {
 }
 
 impl Model {
-    fn new(lineage: u32, pool: u32, run_id: u64) -> Self {
+    fn new(subtask: u32, pool: u32, max_pool: u32, run_id: u64) -> Self {
         Model {
-            lineage,
+            subtask,
             pool,
+            max_pool,
             run_id,
             begun: 0,
             tokens: Vec::new(),
@@ -860,7 +917,7 @@ impl Model {
             pending: Vec::new(),
             barriers: Vec::new(),
             newest: None,
-            last_committed_marker: None,
+            committed_markers: BTreeMap::new(),
             seq_calls: 0,
             committed_records: 0,
             committed: Vec::new(),
@@ -877,9 +934,33 @@ impl Model {
         (0..self.pool).find(|s| !used.contains(s))
     }
 
+    /// The markers a snapshot knows: the newest per partition, committed or pending.
+    fn known(&self) -> Vec<KnownMarker> {
+        let mut newest = self.committed_markers.clone();
+        for p in &self.pending {
+            let e = newest.entry(p.marker.0).or_insert((p.marker.1, p.token));
+            if p.marker.1 >= e.0 {
+                *e = (p.marker.1, p.token);
+            }
+        }
+        newest
+            .into_iter()
+            .map(|(partition, (offset, token))| KnownMarker {
+                topic: String::new(),
+                partition,
+                key: format!("/{}", self.subtask),
+                subtask: self.subtask,
+                offset,
+                token: Some(token),
+                copy: 0,
+            })
+            .collect()
+    }
+
     fn commit_oldest(&mut self) {
         let p = self.pending.remove(0);
-        self.last_committed_marker = Some(p.marker);
+        self.committed_markers
+            .insert(p.marker.0, (p.marker.1, p.token));
         self.committed_records += p.records;
         self.committed.push(p.epoch);
     }
@@ -990,8 +1071,13 @@ impl Model {
         let expected = match (&self.open, self.lowest_free()) {
             (Some(o), _) => Ok(o.slot),
             (None, Some(s)) => Ok(s),
+            // the pool grows by one slot at a time, up to its maximum
+            (None, None) if self.pool < self.max_pool => {
+                self.pool += 1;
+                Ok(self.pool - 1)
+            }
             (None, None) => Err(BookError::PoolExhausted {
-                pool: self.pool,
+                pool: self.max_pool,
                 pending: self.pending.iter().map(|p| p.epoch).collect(),
             }),
         };
@@ -1109,11 +1195,14 @@ impl Model {
             book.snapshot(3),
             SinkSnapshot {
                 version: SNAPSHOT_VERSION,
-                lineage: self.lineage,
+                identity: SinkIdentity::default(),
+                subtask: self.subtask,
                 parallelism: 3,
-                pool: self.pool,
+                pool: self.max_pool,
+                lineage_token: 0,
+                lineage_tokens: vec![],
                 pending: self.pending.clone(),
-                last_committed_marker: self.last_committed_marker,
+                known: self.known(),
             }
         );
         Ok(())
@@ -1125,13 +1214,16 @@ proptest! {
 
     #[test]
     fn book_matches_reference_model(
-        lineage in 0u32..8,
+        subtask in 0u32..8,
         pool in 1u32..5,
+        extra in 0u32..3,
         run_id in prop_oneof![Just(0u64), any::<u64>(), (u64::MAX - 20)..=u64::MAX],
         ops in prop::collection::vec(op(), 1..200),
     ) {
-        let mut book = TxnBook::new(lineage, pool).with_run_id(run_id);
-        let mut model = Model::new(lineage, pool, run_id);
+        let mut book = TxnBook::new(subtask, pool)
+            .with_run_id(run_id)
+            .with_max_pool(pool + extra);
+        let mut model = Model::new(subtask, pool, pool + extra, run_id);
         model.check(&book)?;
         for op in &ops {
             model.apply(&mut book, op)?;
@@ -1148,529 +1240,6 @@ proptest! {
         prop_assert_eq!(book.slots.iter().filter(|s| **s != Slot::Free).count(),
             usize::from(book.open_slot().is_some()));
     }
-}
-
-// ---------------------------------------------------------------------------------------
-// plan_recovery
-// ---------------------------------------------------------------------------------------
-
-/// Three lineages of a parallelism-3 run with pool 2.
-fn three_lineages() -> (Vec<SinkSnapshot>, [LineageRecovery; 3]) {
-    let s0 = snap(
-        0,
-        3,
-        2,
-        vec![pe(5, 0, (0, 50)), pe(6, 1, (0, 60))],
-        Some((0, 40)),
-    );
-    let s1 = snap(1, 3, 2, vec![pe(6, 0, (1, 61))], None);
-    let s2 = snap(2, 3, 2, vec![], Some((2, 12)));
-    let r0 = LineageRecovery {
-        lineage: 0,
-        pending: vec![pe(5, 0, (0, 50)), pe(6, 1, (0, 60))],
-        scan_from: vec![(0, 40)],
-    };
-    let r1 = LineageRecovery {
-        lineage: 1,
-        pending: vec![pe(6, 0, (1, 61))],
-        scan_from: vec![(1, 61)],
-    };
-    let r2 = LineageRecovery {
-        lineage: 2,
-        pending: vec![],
-        scan_from: vec![(2, 12)],
-    };
-    // deliberately not in lineage order
-    (vec![s2, s0, s1], [r0, r1, r2])
-}
-
-#[test]
-fn recovery_with_same_parallelism() {
-    let (snaps, [r0, r1, r2]) = three_lineages();
-    assert_eq!(
-        plan_recovery("sink", &snaps, 0, 3, 2),
-        RecoveryPlan {
-            fence: vec!["sink-0-0".to_string(), "sink-0-1".to_string()],
-            lineages: vec![r0],
-        }
-    );
-    assert_eq!(
-        plan_recovery("sink", &snaps, 1, 3, 2),
-        RecoveryPlan {
-            fence: vec!["sink-1-0".to_string(), "sink-1-1".to_string()],
-            lineages: vec![r1],
-        }
-    );
-    assert_eq!(
-        plan_recovery("sink", &snaps, 2, 3, 2),
-        RecoveryPlan {
-            fence: vec!["sink-2-0".to_string(), "sink-2-1".to_string()],
-            lineages: vec![r2],
-        }
-    );
-}
-
-#[test]
-fn recovery_scale_down_three_to_one() {
-    let (snaps, [r0, r1, r2]) = three_lineages();
-    assert_eq!(
-        plan_recovery("sink", &snaps, 0, 1, 2),
-        RecoveryPlan {
-            fence: ids(&[(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]),
-            lineages: vec![r0, r1, r2],
-        }
-    );
-}
-
-#[test]
-fn recovery_scale_down_three_to_two() {
-    let (snaps, [r0, r1, r2]) = three_lineages();
-    assert_eq!(
-        plan_recovery("sink", &snaps, 0, 2, 2),
-        RecoveryPlan {
-            fence: ids(&[(0, 0), (0, 1), (2, 0), (2, 1)]),
-            lineages: vec![r0, r2],
-        }
-    );
-    assert_eq!(
-        plan_recovery("sink", &snaps, 1, 2, 2),
-        RecoveryPlan {
-            fence: ids(&[(1, 0), (1, 1)]),
-            lineages: vec![r1],
-        }
-    );
-}
-
-#[test]
-fn recovery_scale_down_fences_lineages_that_left_no_snapshot() {
-    // only lineage 0's snapshot, but it says the run had parallelism 3
-    let snaps = [snap(0, 3, 2, vec![pe(4, 0, (0, 1))], None)];
-    let plan = plan_recovery("sink", &snaps, 0, 1, 2);
-    assert_eq!(
-        plan.fence,
-        ids(&[(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)])
-    );
-    assert_eq!(
-        plan.lineages,
-        vec![LineageRecovery {
-            lineage: 0,
-            pending: vec![pe(4, 0, (0, 1))],
-            scan_from: vec![(0, 1)],
-        }]
-    );
-}
-
-#[test]
-fn recovery_scale_up_two_to_three() {
-    let s0 = snap(0, 2, 2, vec![pe(8, 1, (0, 80))], Some((0, 70)));
-    let s1 = snap(1, 2, 2, vec![pe(8, 0, (1, 81))], Some((1, 71)));
-    let snaps = [s0, s1];
-    assert_eq!(
-        plan_recovery("sink", &snaps, 0, 3, 2),
-        RecoveryPlan {
-            fence: ids(&[(0, 0), (0, 1)]),
-            lineages: vec![LineageRecovery {
-                lineage: 0,
-                pending: vec![pe(8, 1, (0, 80))],
-                scan_from: vec![(0, 70)],
-            }],
-        }
-    );
-    assert_eq!(
-        plan_recovery("sink", &snaps, 1, 3, 2),
-        RecoveryPlan {
-            fence: ids(&[(1, 0), (1, 1)]),
-            lineages: vec![LineageRecovery {
-                lineage: 1,
-                pending: vec![pe(8, 0, (1, 81))],
-                scan_from: vec![(1, 71)],
-            }],
-        }
-    );
-    // the new subtask has no snapshot but fences its own ids (a run with parallelism 3
-    // before the one restored may have left transactions open under them)
-    assert_eq!(
-        plan_recovery("sink", &snaps, 2, 3, 2),
-        RecoveryPlan {
-            fence: ids(&[(2, 0), (2, 1)]),
-            lineages: vec![],
-        }
-    );
-    // one to four, pool 1
-    let one = [snap(0, 1, 1, vec![], None)];
-    assert_eq!(
-        plan_recovery("sink", &one, 3, 4, 1),
-        RecoveryPlan {
-            fence: ids(&[(3, 0)]),
-            lineages: vec![],
-        }
-    );
-}
-
-#[test]
-fn recovery_fences_the_larger_pool() {
-    let grow = [snap(0, 1, 2, vec![], None)];
-    assert_eq!(
-        plan_recovery("sink", &grow, 0, 1, 3).fence,
-        ids(&[(0, 0), (0, 1), (0, 2)])
-    );
-    let shrink = [snap(0, 1, 3, vec![], None)];
-    assert_eq!(
-        plan_recovery("sink", &shrink, 0, 1, 1).fence,
-        ids(&[(0, 0), (0, 1), (0, 2)])
-    );
-    // the old pool is the largest over every snapshot, also other subtasks' ones
-    let mixed = [snap(0, 2, 1, vec![], None), snap(1, 2, 4, vec![], None)];
-    assert_eq!(
-        plan_recovery("sink", &mixed, 0, 2, 2).fence,
-        ids(&[(0, 0), (0, 1), (0, 2), (0, 3)])
-    );
-    assert_eq!(
-        plan_recovery("sink", &mixed, 1, 2, 2).fence,
-        ids(&[(1, 0), (1, 1), (1, 2), (1, 3)])
-    );
-    // scale down and pool change together
-    let (snaps, _) = three_lineages();
-    assert_eq!(
-        plan_recovery("sink", &snaps, 1, 2, 3).fence,
-        ids(&[(1, 0), (1, 1), (1, 2)])
-    );
-}
-
-#[test]
-fn recovery_scan_from_is_the_lowest_marker_per_partition() {
-    let pending = vec![pe(3, 0, (1, 20)), pe(4, 1, (0, 50)), pe(5, 0, (0, 40))];
-    let plan = |lcm| plan_recovery("sink", &[snap(0, 1, 2, pending.clone(), lcm)], 0, 1, 2);
-    assert_eq!(
-        plan(Some((0, 45))).lineages[0].scan_from,
-        vec![(0, 40), (1, 20)]
-    );
-    assert_eq!(
-        plan(Some((0, 10))).lineages[0].scan_from,
-        vec![(0, 10), (1, 20)]
-    );
-    assert_eq!(
-        plan(Some((2, 99))).lineages[0].scan_from,
-        vec![(0, 40), (1, 20), (2, 99)]
-    );
-    assert_eq!(plan(None).lineages[0].scan_from, vec![(0, 40), (1, 20)]);
-
-    let only_committed = plan_recovery("sink", &[snap(0, 1, 2, vec![], Some((3, 1)))], 0, 1, 2);
-    assert_eq!(
-        only_committed.lineages,
-        vec![LineageRecovery {
-            lineage: 0,
-            pending: vec![],
-            scan_from: vec![(3, 1)],
-        }]
-    );
-    // nothing at all: the lineage is still listed, with nothing to scan
-    let nothing = plan_recovery("sink", &[snap(0, 1, 2, vec![], None)], 0, 1, 2);
-    assert_eq!(
-        nothing.lineages,
-        vec![LineageRecovery {
-            lineage: 0,
-            pending: vec![],
-            scan_from: vec![],
-        }]
-    );
-}
-
-#[test]
-fn recovery_sorts_pending_by_epoch_and_merges_copies() {
-    let s = snap(
-        1,
-        2,
-        2,
-        vec![pe(9, 1, (0, 90)), pe(3, 0, (0, 30)), pe(5, 1, (0, 50))],
-        None,
-    );
-    let plan = plan_recovery("sink", std::slice::from_ref(&s), 1, 2, 2);
-    assert_eq!(
-        plan.lineages,
-        vec![LineageRecovery {
-            lineage: 1,
-            pending: vec![pe(3, 0, (0, 30)), pe(5, 1, (0, 50)), pe(9, 1, (0, 90))],
-            scan_from: vec![(0, 30)],
-        }]
-    );
-
-    // two snapshots of one lineage are merged: union of epochs, lowest scan start
-    let a = snap(
-        1,
-        2,
-        2,
-        vec![pe(3, 0, (0, 30)), pe(5, 1, (0, 50))],
-        Some((0, 25)),
-    );
-    let b = snap(
-        1,
-        2,
-        2,
-        vec![pe(5, 1, (0, 50)), pe(7, 0, (1, 70))],
-        Some((0, 45)),
-    );
-    let plan = plan_recovery("sink", &[b, a], 1, 2, 2);
-    assert_eq!(
-        plan,
-        RecoveryPlan {
-            fence: ids(&[(1, 0), (1, 1)]),
-            lineages: vec![LineageRecovery {
-                lineage: 1,
-                pending: vec![pe(3, 0, (0, 30)), pe(5, 1, (0, 50)), pe(7, 0, (1, 70))],
-                scan_from: vec![(0, 25), (1, 70)],
-            }],
-        }
-    );
-}
-
-#[test]
-fn recovery_from_nothing_fences_own_ids() {
-    assert_eq!(
-        plan_recovery("sink", &[], 1, 3, 2),
-        RecoveryPlan {
-            fence: ids(&[(1, 0), (1, 1)]),
-            lineages: vec![],
-        }
-    );
-    assert_eq!(
-        plan_recovery("sink", &[], 0, 1, 3),
-        RecoveryPlan {
-            fence: ids(&[(0, 0), (0, 1), (0, 2)]),
-            lineages: vec![],
-        }
-    );
-    // degenerate sizes count as 1
-    assert_eq!(
-        plan_recovery("sink", &[], 0, 0, 0),
-        RecoveryPlan {
-            fence: ids(&[(0, 0)]),
-            lineages: vec![],
-        }
-    );
-}
-
-#[test]
-fn transactional_ids_and_marker_keys_are_exact() {
-    assert_eq!(transactional_id("sums", 1, 0), "sums-1-0");
-    assert_eq!(transactional_id("orders-eo", 12, 3), "orders-eo-12-3");
-    assert_eq!(transactional_id("", 0, 0), "-0-0");
-    assert_eq!(
-        transactional_id("p", u32::MAX, u32::MAX),
-        "p-4294967295-4294967295"
-    );
-    assert_eq!(marker_key("sums", 3), "sums/3");
-    assert_eq!(marker_key("orders-eo", 0), "orders-eo/0");
-    let (snaps, _) = three_lineages();
-    assert_eq!(
-        plan_recovery("orders-eo", &snaps, 0, 2, 1).fence,
-        vec![
-            "orders-eo-0-0".to_string(),
-            "orders-eo-0-1".to_string(),
-            "orders-eo-2-0".to_string(),
-            "orders-eo-2-1".to_string(),
-        ]
-    );
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
-
-    /// Whatever the rescale, every old lineage is recovered by exactly one subtask, every id
-    /// a previous or the new run may use is fenced by exactly one subtask, and each subtask
-    /// fences its own ids.
-    #[test]
-    fn recovery_partitions_lineages_and_fences(
-        old_p in 1u32..7,
-        new_p in 1u32..7,
-        old_pool in 1u32..5,
-        new_pool in 1u32..5,
-    ) {
-        let snaps: Vec<SinkSnapshot> = (0..old_p)
-            .map(|l| snap(
-                l,
-                old_p,
-                old_pool,
-                vec![pe(10, l % old_pool, (l as i32, 100 + i64::from(l)))],
-                Some((l as i32, i64::from(l))),
-            ))
-            .collect();
-        let slots = old_pool.max(new_pool);
-        let mut recovered = Vec::new();
-        let mut fenced = Vec::new();
-        for s in 0..new_p {
-            let plan = plan_recovery("x", &snaps, s, new_p, new_pool);
-            let expected_fence: Vec<String> = (0..old_p.max(new_p))
-                .filter(|l| l % new_p == s)
-                .flat_map(|l| (0..slots).map(move |k| transactional_id("x", l, k)))
-                .collect();
-            prop_assert_eq!(&plan.fence, &expected_fence);
-            for k in 0..new_pool {
-                let own = transactional_id("x", s, k);
-                prop_assert!(plan.fence.contains(&own));
-            }
-            for r in &plan.lineages {
-                prop_assert_eq!(r.lineage % new_p, s);
-                prop_assert_eq!(&r.pending, &snaps[r.lineage as usize].pending);
-                prop_assert_eq!(&r.scan_from, &vec![(r.lineage as i32, i64::from(r.lineage))]);
-            }
-            recovered.extend(plan.lineages.iter().map(|r| r.lineage));
-            fenced.extend(plan.fence);
-        }
-        recovered.sort_unstable();
-        prop_assert_eq!(recovered, (0..old_p).collect::<Vec<_>>());
-        let unique: BTreeSet<&String> = fenced.iter().collect();
-        prop_assert_eq!(unique.len(), fenced.len(), "an id fenced twice");
-        let all: BTreeSet<String> = (0..old_p.max(new_p))
-            .flat_map(|l| (0..slots).map(move |k| transactional_id("x", l, k)))
-            .collect();
-        prop_assert_eq!(unique.into_iter().cloned().collect::<BTreeSet<_>>(), all);
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// decide
-// ---------------------------------------------------------------------------------------
-
-fn three_pending() -> Vec<PendingEpoch> {
-    vec![pe(3, 0, (0, 1)), pe(5, 1, (0, 2)), pe(7, 0, (0, 3))]
-}
-
-#[test]
-fn decide_without_committed_marker_replays_everything() {
-    let pending = three_pending();
-    assert_eq!(
-        decide(1, &pending, None, 7, false),
-        Ok(Decision {
-            committed: vec![],
-            replay: pending.clone(),
-        })
-    );
-    assert_eq!(
-        decide(1, &pending, None, 7, true),
-        Ok(Decision {
-            committed: vec![],
-            replay: pending,
-        })
-    );
-    assert_eq!(
-        decide(1, &[], None, 7, false),
-        Ok(Decision {
-            committed: vec![],
-            replay: vec![],
-        })
-    );
-}
-
-#[test]
-fn decide_with_everything_committed() {
-    let pending = three_pending();
-    assert_eq!(
-        decide(1, &pending, Some(7), 7, false),
-        Ok(Decision {
-            committed: vec![3, 5, 7],
-            replay: vec![],
-        })
-    );
-    assert_eq!(
-        decide(1, &[], Some(7), 7, false),
-        Ok(Decision {
-            committed: vec![],
-            replay: vec![],
-        })
-    );
-}
-
-#[test]
-fn decide_with_a_committed_prefix() {
-    let pending = three_pending();
-    let [p3, p5, p7] = [pending[0].clone(), pending[1].clone(), pending[2].clone()];
-    assert_eq!(
-        decide(1, &pending, Some(5), 7, false),
-        Ok(Decision {
-            committed: vec![3, 5],
-            replay: vec![p7.clone()],
-        })
-    );
-    assert_eq!(
-        decide(1, &pending, Some(4), 7, false),
-        Ok(Decision {
-            committed: vec![3],
-            replay: vec![p5.clone(), p7.clone()],
-        })
-    );
-    assert_eq!(
-        decide(1, &pending, Some(3), 7, false),
-        Ok(Decision {
-            committed: vec![3],
-            replay: vec![p5.clone(), p7.clone()],
-        })
-    );
-    // a committed marker older than every pending epoch (the last committed one)
-    assert_eq!(
-        decide(1, &pending, Some(2), 7, false),
-        Ok(Decision {
-            committed: vec![],
-            replay: vec![p3, p5, p7],
-        })
-    );
-}
-
-#[test]
-fn decide_rejects_an_epoch_newer_than_the_checkpoint() {
-    let pending = three_pending();
-    let err = decide(2, &pending, Some(9), 7, false).unwrap_err();
-    assert_eq!(
-        err,
-        NewerEpochCommitted {
-            lineage: 2,
-            committed: 9,
-            checkpoint: 7,
-        }
-    );
-    let msg = err.to_string();
-    assert!(msg.contains("subtask 2 already committed"), "{msg}");
-    assert!(
-        msg.contains("output of checkpoint 9, newer than checkpoint 7 being restored"),
-        "{msg}"
-    );
-    assert!(msg.contains("at-least-once restore option"), "{msg}");
-    // even with nothing pending
-    assert_eq!(
-        decide(0, &[], Some(8), 7, false),
-        Err(NewerEpochCommitted {
-            lineage: 0,
-            committed: 8,
-            checkpoint: 7,
-        })
-    );
-    assert_eq!(
-        decide(0, &[], Some(u64::MAX), 0, false),
-        Err(NewerEpochCommitted {
-            lineage: 0,
-            committed: u64::MAX,
-            checkpoint: 0,
-        })
-    );
-}
-
-#[test]
-fn decide_accepting_newer_commits_everything_up_to_it() {
-    let pending = three_pending();
-    assert_eq!(
-        decide(2, &pending, Some(9), 7, true),
-        Ok(Decision {
-            committed: vec![3, 5, 7],
-            replay: vec![],
-        })
-    );
-    assert_eq!(
-        decide(2, &[], Some(9), 7, true),
-        Ok(Decision {
-            committed: vec![],
-            replay: vec![],
-        })
-    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1923,62 +1492,4 @@ proptest! {
         };
         prop_assert_eq!(c.finish(), expected);
     }
-}
-
-// ---------------------------------------------------------------------------------------
-// A restore end to end (no Kafka)
-// ---------------------------------------------------------------------------------------
-
-#[test]
-fn snapshot_plan_and_decision_agree() {
-    // lineage 1 of 2: epoch 5 committed, epoch 6 pre-committed when checkpoint 6 is taken
-    let mut book = TxnBook::new(1, 2);
-    let p5 = write_epoch(&mut book, 5, 2, (1, 500));
-    let p6 = write_epoch(&mut book, 6, 3, (1, 600));
-    assert_eq!(book.complete(5), vec![(0, 5)]);
-    assert_eq!(book.committed(5), Ok(()));
-    assert_eq!(p5.first_offsets, vec![(0, 500)]);
-    assert_eq!(p6.first_offsets, vec![(0, 600)]);
-    let s = book.snapshot(2);
-    assert_eq!(s.pending, vec![p6.clone()]);
-    assert_eq!(s.last_committed_marker, Some((1, 500)));
-
-    let plan = plan_recovery("sink", std::slice::from_ref(&s), 1, 2, 2);
-    assert_eq!(
-        plan,
-        RecoveryPlan {
-            fence: ids(&[(1, 0), (1, 1)]),
-            lineages: vec![LineageRecovery {
-                lineage: 1,
-                pending: vec![p6.clone()],
-                scan_from: vec![(1, 500)],
-            }],
-        }
-    );
-    let r = &plan.lineages[0];
-    // markers from the scan start show 5 committed: 6 must be re-produced
-    assert_eq!(
-        decide(1, &r.pending, Some(5), 6, false),
-        Ok(Decision {
-            committed: vec![],
-            replay: vec![p6.clone()],
-        })
-    );
-    // ... or show 6 committed: nothing to do
-    assert_eq!(
-        decide(1, &r.pending, Some(6), 6, false),
-        Ok(Decision {
-            committed: vec![6],
-            replay: vec![],
-        })
-    );
-
-    // the new run carries the recovered marker until it commits something itself
-    let mut next = TxnBook::new(1, 2);
-    next.set_last_committed_marker(s.last_committed_marker);
-    assert_eq!(next.snapshot(2).last_committed_marker, Some((1, 500)));
-    assert_eq!(
-        plan_recovery("sink", &[next.snapshot(2)], 1, 2, 2).lineages[0].scan_from,
-        vec![(1, 500)]
-    );
 }
