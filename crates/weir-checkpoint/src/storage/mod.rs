@@ -57,7 +57,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod layout;
+pub(crate) mod layout;
 mod manifest;
 mod retain;
 mod writer;
@@ -125,6 +125,8 @@ pub struct LatestComplete {
 pub struct CheckpointStorage {
     dir: PathBuf,
     registry: Arc<Registry>,
+    /// The run's lease on the directory, checked before every durable act.
+    owner: Option<crate::Ownership>,
 }
 
 impl CheckpointStorage {
@@ -137,7 +139,27 @@ impl CheckpointStorage {
         Ok(CheckpointStorage {
             dir,
             registry: Arc::default(),
+            owner: None,
         })
+    }
+
+    /// This storage, written by the run holding `owner` (a lease on this directory): from
+    /// now on writing a manifest, retention and discarding first check that the run still
+    /// owns the directory, and fail with [`Error::OwnershipLost`] otherwise. Reading needs no
+    /// lease; a storage without an owner (read-only tools, tests) checks nothing.
+    pub fn owned_by(mut self, owner: crate::Ownership) -> Self {
+        self.owner = Some(owner);
+        self
+    }
+
+    /// The lease this storage checks, if any.
+    pub fn owner(&self) -> Option<&crate::Ownership> {
+        self.owner.as_ref()
+    }
+
+    /// Fails when this storage has an owner that no longer owns the directory.
+    pub(crate) fn check_owner(&self) -> Result<()> {
+        self.owner.as_ref().map_or(Ok(()), crate::Ownership::verify)
     }
 
     /// The storage directory (absolute).
@@ -202,6 +224,7 @@ impl CheckpointStorage {
             dir,
             self.dir.join(SHARED_DIR),
             self.registry.clone(),
+            self.owner.clone(),
         )
     }
 
@@ -225,6 +248,7 @@ impl CheckpointStorage {
             dir,
             self.dir.join(SHARED_DIR),
             self.registry.clone(),
+            self.owner.clone(),
         )
     }
 
@@ -335,6 +359,7 @@ impl CheckpointStorage {
         if !dir.is_dir() {
             return Ok(false);
         }
+        self.check_owner()?;
         if dir.join(METADATA).exists() {
             tracing::debug!(checkpoint = %id, "not discarding a complete checkpoint");
             return Ok(false);
