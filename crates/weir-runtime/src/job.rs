@@ -411,6 +411,9 @@ pub(crate) fn run_with(
         Some(c) => Some(CheckpointStorage::open(&c.dir).map_err(|e| Error::Config(e.to_string()))?),
         None => None,
     };
+    // One run at a time owns the checkpoint and sink output directories: taken before
+    // anything is restored, cleaned up or written.
+    let (storage, _ownership) = crate::owner::claim(name, &job, storage)?;
     let mut attempt = 0u32;
     let mut savepoints = Vec::new();
     let mut checkpoints_completed = 0u64;
@@ -448,6 +451,8 @@ pub(crate) fn run_with(
                 .next_id()
                 .map_err(|e| Error::Config(e.to_string()))?;
         }
+        // A restore commits and deletes sink files: only while this run owns the directories.
+        crate::owner::verify(storage.as_ref())?;
         let outcome = match executor.launch(&job, storage.as_ref(), restore.as_ref()) {
             Ok(launched) => run_attempt(name, &job, storage.as_ref(), launched, first_id, started),
             Err(e) => Err(e),
@@ -842,6 +847,11 @@ fn run_attempt(
         if job.cancel.load(Ordering::SeqCst) {
             cancel.store(true, Ordering::SeqCst);
         }
+        if let Some(e) = crate::owner::lost(storage) {
+            // Another run took the directories over: stop, with that as the reason.
+            cancel.store(true, Ordering::SeqCst);
+            first_error = Some(e);
+        }
         if cancel.load(Ordering::SeqCst) && !cancel_sent {
             cancel_sent = true;
             on_cancel();
@@ -897,6 +907,13 @@ fn run_attempt(
                     }
                 }
                 Action::Notify { id, kind } => {
+                    // Sinks commit on this notification: only while this run owns the
+                    // directories.
+                    if let Err(e) = crate::owner::verify(storage) {
+                        cancel.store(true, Ordering::SeqCst);
+                        first_error = Some(e);
+                        continue;
+                    }
                     completed = Some(id);
                     completed_count += 1;
                     for t in &running {
@@ -944,6 +961,9 @@ fn run_attempt(
     // the job returns, so nothing writes to the checkpoint directory afterwards.
     if let Some(w) = writer {
         w.finish();
+    }
+    if let Some(e) = crate::owner::lost(storage) {
+        first_error = Some(e);
     }
     let result = if stopped && first_error.is_none() {
         Ok(())

@@ -123,6 +123,7 @@ impl Lease {
     }
 
     /// The number of the record this process holds the lease with.
+    #[cfg(test)]
     pub(crate) fn held(&self) -> Option<u64> {
         match self.state {
             State::Held { seq, .. } => Some(seq),
