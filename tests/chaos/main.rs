@@ -11,4 +11,5 @@ mod bounded;
 mod cluster;
 mod harness;
 mod kills;
+mod ownership;
 mod property;
