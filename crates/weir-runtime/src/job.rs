@@ -615,14 +615,15 @@ impl Executor for LocalExecutor {
     }
 }
 
-/// A fresh directory name for restored backend files (`weir-restore-{pid}-{nanos}`).
+/// A fresh directory name for restored backend files (`weir-restore-{owner tag}-{nanos}`).
 pub(crate) fn restore_scratch_dir() -> PathBuf {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     remove_orphan_restore_dirs();
-    std::env::temp_dir().join(format!("weir-restore-{}-{nanos:x}", std::process::id()))
+    let owner = weir_core::scratch::owner_tag();
+    std::env::temp_dir().join(format!("weir-restore-{owner}-{nanos:x}"))
 }
 
 /// Which tasks of the graph this process runs, and how its channels to the other
@@ -995,14 +996,11 @@ fn run_attempt(
     })
 }
 
-/// Removes restore directories (`weir-restore-{pid}-{nanos}`) of processes that are gone.
+/// Removes restore directories (`weir-restore-{owner tag}-{nanos}`) of processes that are
+/// gone.
 fn remove_orphan_restore_dirs() {
     weir_core::scratch::remove_orphans(&std::env::temp_dir(), |name| {
-        name.strip_prefix("weir-restore-")?
-            .split('-')
-            .next()?
-            .parse()
-            .ok()
+        name.strip_prefix("weir-restore-")?.split('-').next()
     });
 }
 

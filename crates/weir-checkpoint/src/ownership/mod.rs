@@ -39,7 +39,7 @@ pub use record::OwnerRecord;
 
 use crate::error::{Error, Result};
 use lease::{Lease, Next, Outcome, Refusal};
-use record::{Me, Seen};
+use record::Seen;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -103,7 +103,7 @@ struct Guard {
 struct Shared {
     token: String,
     job: String,
-    me: Me,
+    me: &'static weir_core::scratch::ProcessId,
     lease: Duration,
     since_ms: u64,
     dirs: Vec<Owned>,
@@ -153,7 +153,7 @@ impl Ownership {
         let token = new_token();
         let shared = Arc::new(Shared {
             job: job.to_string(),
-            me: Me::current(),
+            me: record::me(),
             lease,
             since_ms: crate::storage::layout::unix_millis(),
             dirs: dirs
@@ -200,7 +200,7 @@ impl Ownership {
                             let seen = record::read_current(&owned.claim.dir)?;
                             let live = seen
                                 .record()
-                                .map_or(record::Liveness::Unknown, |r| shared.me.probe(r));
+                                .map_or(record::Liveness::Unknown, record::probe);
                             let wall = crate::storage::layout::unix_millis();
                             let n = lease.observe(now, wall, &seen, live);
                             if let Next::Look {
@@ -349,7 +349,7 @@ impl Shared {
             host: self.me.host.clone(),
             machine: self.me.machine.clone(),
             pid: self.me.pid,
-            pid_start: self.me.pid_start,
+            pid_start: self.me.start,
             since_ms: self.since_ms,
             renewed_ms: crate::storage::layout::unix_millis(),
             lease_ms: self.lease.as_millis() as u64,

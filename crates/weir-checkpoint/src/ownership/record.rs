@@ -5,13 +5,15 @@
 //! an exclusive create (`O_EXCL`, atomic on local file systems and NFS v3+), so of two
 //! processes writing the same number exactly one succeeds. The record with the highest
 //! number is the current one. Owns the file names, reading and writing records and
-//! deleting old ones, and the liveness probe; it makes no decisions (that is
-//! [`lease`](super::lease)'s).
+//! deleting old ones, and the liveness probe (weir-core's [`ProcessId`]); it makes no
+//! decisions (that is [`lease`](super::lease)'s).
 
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
+pub(crate) use weir_core::scratch::Liveness;
+use weir_core::scratch::ProcessId;
 
 /// Prefix of record file names. A dot keeps the files out of the way of readers of an output
 /// directory, who skip dot files (uncommitted output).
@@ -83,17 +85,6 @@ impl Seen {
             _ => None,
         }
     }
-}
-
-/// Whether the process of a record still runs, as far as this machine can tell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Liveness {
-    /// Same machine, and the process with that pid and start time runs (it may be stopped).
-    Alive,
-    /// Same machine, and no such process runs (the pid is free, reused or a zombie).
-    Gone,
-    /// Another machine (or pid namespace), or no way to tell.
-    Unknown,
 }
 
 fn file_name(seq: u64) -> String {
@@ -189,85 +180,19 @@ pub(crate) fn delete_below(dir: &Path, below: u64) {
     }
 }
 
-/// This process as an owner: host, machine, pid and start time.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Me {
-    pub host: String,
-    pub machine: Option<String>,
-    pub pid: u32,
-    pub pid_start: Option<u64>,
+/// This process as an owner.
+pub(crate) fn me() -> &'static ProcessId {
+    ProcessId::current()
 }
 
-impl Me {
-    pub(crate) fn current() -> Me {
-        let read = |p: &str| {
-            std::fs::read_to_string(p)
-                .ok()
-                .map(|s| s.trim().to_string())
-        };
-        let host = read("/proc/sys/kernel/hostname")
-            .filter(|h| !h.is_empty())
-            .or_else(|| std::env::var("HOSTNAME").ok())
-            .unwrap_or_else(|| "unknown".into());
-        let boot = read("/proc/sys/kernel/random/boot_id");
-        let ns = std::fs::read_link("/proc/self/ns/pid")
-            .ok()
-            .map(|p| p.to_string_lossy().into_owned());
-        let machine = match (boot, ns) {
-            (Some(b), Some(n)) => Some(format!("{b}/{n}")),
-            _ => None,
-        };
-        let pid = std::process::id();
-        Me {
-            host,
-            machine,
-            pid,
-            pid_start: process_start(pid).ok().flatten(),
-        }
-    }
-
-    /// Whether the process of `record` still runs, seen from this process.
-    pub(crate) fn probe(&self, record: &OwnerRecord) -> Liveness {
-        let same_machine =
-            self.machine.is_some() && record.machine == self.machine && record.host == self.host;
-        if !same_machine {
-            return Liveness::Unknown;
-        }
-        match process_start(record.pid) {
-            Ok(None) => Liveness::Gone,
-            Ok(Some(start)) if record.pid_start.is_some_and(|s| s != start) => Liveness::Gone,
-            Ok(Some(_)) => Liveness::Alive,
-            Err(()) => Liveness::Unknown,
-        }
-    }
-}
-
-/// The start time of process `pid`: `Ok(None)` when it does not run (or is a zombie),
-/// `Err` when this system cannot tell.
-fn process_start(pid: u32) -> std::result::Result<Option<u64>, ()> {
-    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s,
-        Err(e) if e.kind() == ErrorKind::NotFound => {
-            return if Path::new("/proc/self/stat").exists() {
-                Ok(None)
-            } else {
-                Err(())
-            };
-        }
-        Err(_) => return Err(()),
-    };
-    // "pid (comm) state ppid ..." — comm may hold spaces and parentheses: split after the
-    // last ')'. Field 3 is the state, field 22 the start time.
-    let rest = stat.rsplit_once(')').ok_or(())?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    if matches!(fields.first(), Some(&"Z") | Some(&"X") | Some(&"x")) {
-        return Ok(None);
-    }
-    fields
-        .get(19)
-        .and_then(|f| f.parse().ok())
-        .map(Some)
-        .ok_or(())
+/// Whether the process of `record` still runs, seen from this process.
+pub(crate) fn probe(record: &OwnerRecord) -> Liveness {
+    me().liveness_of(&ProcessId {
+        host: record.host.clone(),
+        machine: record.machine.clone(),
+        pid: record.pid,
+        start: record.pid_start,
+    })
 }
 
 /// `unix ms` as `YYYY-MM-DD HH:MM:SS UTC`.
@@ -297,14 +222,14 @@ mod tests {
     use super::*;
 
     fn record(token: &str) -> OwnerRecord {
-        let me = Me::current();
+        let me = me();
         OwnerRecord {
             token: token.into(),
             job: "job".into(),
-            host: me.host,
-            machine: me.machine,
+            host: me.host.clone(),
+            machine: me.machine.clone(),
             pid: me.pid,
-            pid_start: me.pid_start,
+            pid_start: me.start,
             since_ms: 1,
             renewed_ms: 2,
             lease_ms: 1000,
@@ -356,27 +281,26 @@ mod tests {
 
     #[test]
     fn probe_tells_this_process_from_a_gone_one() {
-        let me = Me::current();
-        if me.machine.is_none() {
+        if me().machine.is_none() {
             return; // no /proc: every probe is Unknown
         }
-        assert_eq!(me.probe(&record("x")), Liveness::Alive);
+        assert_eq!(probe(&record("x")), Liveness::Alive);
         let mut reused = record("x");
         reused.pid_start = reused.pid_start.map(|s| s + 1);
         assert_eq!(
-            me.probe(&reused),
+            probe(&reused),
             Liveness::Gone,
             "a reused pid is not the owner"
         );
         let mut gone = record("x");
         gone.pid = u32::MAX - 1;
-        assert_eq!(me.probe(&gone), Liveness::Gone);
+        assert_eq!(probe(&gone), Liveness::Gone);
         let mut elsewhere = record("x");
         elsewhere.host = "another-host".into();
-        assert_eq!(me.probe(&elsewhere), Liveness::Unknown);
+        assert_eq!(probe(&elsewhere), Liveness::Unknown);
         let mut other_ns = record("x");
         other_ns.machine = Some("boot/pid:[1]".into());
-        assert_eq!(me.probe(&other_ns), Liveness::Unknown);
+        assert_eq!(probe(&other_ns), Liveness::Unknown);
     }
 
     #[test]

@@ -16,12 +16,12 @@ fn acquire(dir: &Path) -> Result<Ownership> {
 
 /// A record written by a process that is not this one.
 fn foreign(pid: u32, host: &str, renewed_ms: u64) -> OwnerRecord {
-    let me = Me::current();
+    let me = record::me();
     OwnerRecord {
         token: "foreign".into(),
         job: "job-b".into(),
         host: host.into(),
-        machine: me.machine,
+        machine: me.machine.clone(),
         pid,
         pid_start: None,
         since_ms: renewed_ms,
@@ -50,7 +50,7 @@ fn a_second_run_is_refused_with_the_owner_named_until_the_first_ends() {
         panic!("{e}")
     };
     assert_eq!(d, &dir);
-    let me = Me::current();
+    let me = record::me();
     for part in [
         format!(
             "the checkpoint directory {} is owned by job 'job-a'",
@@ -96,12 +96,12 @@ fn a_refused_run_gives_back_what_it_took() {
 
 #[test]
 fn the_record_of_a_gone_process_on_this_machine_is_taken_over_at_once() {
-    if Me::current().machine.is_none() {
+    if record::me().machine.is_none() {
         return; // no /proc: nothing can be proven gone
     }
     let tmp = tempfile::tempdir().unwrap();
     let now = crate::storage::layout::unix_millis();
-    let mut dead = foreign(u32::MAX - 1, &Me::current().host, now);
+    let mut dead = foreign(u32::MAX - 1, &record::me().host, now);
     dead.lease_ms = 3_600_000;
     assert!(record::create(tmp.path(), 7, &dead).unwrap());
     let started = Instant::now();
@@ -273,6 +273,14 @@ fn a_storage_whose_owner_lost_the_directory_writes_and_deletes_nothing() {
     ));
     assert!(matches!(
         storage.discard(CheckpointId(3)),
+        Err(Error::OwnershipLost { .. })
+    ));
+    assert!(matches!(
+        storage.begin(CheckpointId(5), CheckpointKind::Checkpoint),
+        Err(Error::OwnershipLost { .. })
+    ));
+    assert!(matches!(
+        storage.savepoint(CheckpointId(5), "late"),
         Err(Error::OwnershipLost { .. })
     ));
     drop(aborted);

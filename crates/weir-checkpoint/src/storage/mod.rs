@@ -207,11 +207,14 @@ impl CheckpointStorage {
     ///
     /// Files left in an incomplete `chk-` directory by an earlier attempt stay (they are
     /// overwritten or ignored, never referenced); a complete one is an
-    /// [`Error::AlreadyExists`].
+    /// [`Error::AlreadyExists`]. A storage [`owned_by`](Self::owned_by) a run that lost the
+    /// directory refuses with [`Error::OwnershipLost`].
     pub fn begin(&self, id: CheckpointId, kind: CheckpointKind) -> Result<CheckpointWriter> {
         if kind.is_savepoint() {
             return self.savepoint(id, &layout::unix_millis().to_string());
         }
+        // A run that lost the directory must not write files into another run's attempt.
+        self.check_owner()?;
         let dir = self.dir.join(layout::checkpoint_dir_name(id));
         std::fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", &dir, e))?;
         if dir.join(METADATA).exists() {
@@ -232,6 +235,7 @@ impl CheckpointStorage {
     /// digits, `.`, `_` and `-`; the directory must not exist yet.
     pub fn savepoint(&self, id: CheckpointId, name: &str) -> Result<CheckpointWriter> {
         layout::validate_savepoint_name(name)?;
+        self.check_owner()?;
         let dir = self.dir.join(layout::savepoint_dir_name(id, name));
         match std::fs::create_dir(&dir) {
             Ok(()) => {}
