@@ -365,7 +365,7 @@ impl Shared {
         }
         let current = record::list(dir)?.last().copied().unwrap_or(seq);
         if current == seq {
-            record::delete_below(dir, seq.saturating_sub(1));
+            record::delete_below(dir, seq.saturating_sub(1), &self.token);
         }
         Ok(Outcome::Created { current })
     }

@@ -18,6 +18,8 @@ use weir_core::scratch::ProcessId;
 /// Prefix of record file names. A dot keeps the files out of the way of readers of an output
 /// directory, who skip dot files (uncommitted output).
 const PREFIX: &str = ".weir-owner-";
+/// Prefix of a record being written: `.weir-owner-tmp-<token>-<seq>`.
+const TMP_PREFIX: &str = ".weir-owner-tmp-";
 
 /// Who owns a directory: one record, as written by its owner.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -145,6 +147,11 @@ pub(crate) fn read_current(dir: &Path) -> Result<Seen> {
 }
 
 /// Creates record `seq` in `dir` exclusively: `Ok(false)` when it exists already.
+///
+/// The record is written and fsynced under a temporary name, then hard-linked to its name
+/// (which fails if the name exists: atomic, also on NFS), so a record is never seen half
+/// written — not even one of a process killed or frozen while writing it. On a file
+/// system without hard links it is created exclusively and written in place.
 pub(crate) fn create(dir: &Path, seq: u64, record: &OwnerRecord) -> Result<bool> {
     let path = dir.join(file_name(seq));
     let json = serde_json::to_vec_pretty(record).map_err(|e| {
@@ -154,29 +161,69 @@ pub(crate) fn create(dir: &Path, seq: u64, record: &OwnerRecord) -> Result<bool>
             std::io::Error::other(e),
         )
     })?;
+    let tmp = dir.join(format!("{TMP_PREFIX}{}-{seq}", record.token));
+    let written = std::fs::File::create(&tmp)
+        .and_then(|mut f| f.write_all(&json).and_then(|()| f.sync_all()));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::io("write", tmp, e));
+    }
+    let linked = std::fs::hard_link(&tmp, &path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(false),
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::Unsupported | ErrorKind::PermissionDenied
+            ) =>
+        {
+            return create_in_place(dir, &path, &json);
+        }
+        Err(e) => return Err(Error::io("create", path, e)),
+    }
+    crate::storage::layout::sync_dir(dir)?;
+    Ok(true)
+}
+
+/// [`create`] without hard links: exclusive create, then write.
+fn create_in_place(dir: &Path, path: &Path, json: &[u8]) -> Result<bool> {
     let mut file = match std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .open(&path)
+        .open(path)
     {
         Ok(f) => f,
         Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(false),
         Err(e) => return Err(Error::io("create", path, e)),
     };
-    if let Err(e) = file.write_all(&json).and_then(|()| file.sync_all()) {
+    if let Err(e) = file.write_all(json).and_then(|()| file.sync_all()) {
         // This process created the file: remove it, so that the number stays free.
-        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(path);
         return Err(Error::io("write", path, e));
     }
     crate::storage::layout::sync_dir(dir)?;
     Ok(true)
 }
 
-/// Deletes the records of `dir` numbered below `below` (clean-up after a new record).
-pub(crate) fn delete_below(dir: &Path, below: u64) {
+/// Deletes the records of `dir` numbered below `below` (clean-up after a new record), and
+/// temporary record files of other runs (left by a process killed while writing one).
+pub(crate) fn delete_below(dir: &Path, below: u64, token: &str) {
     let Ok(seqs) = list(dir) else { return };
     for seq in seqs.into_iter().filter(|s| *s < below) {
         let _ = std::fs::remove_file(dir.join(file_name(seq)));
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mine = format!("{TMP_PREFIX}{token}-");
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(TMP_PREFIX) && !name.starts_with(&mine) {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 
@@ -271,8 +318,21 @@ mod tests {
             read_current(tmp.path()).unwrap(),
             Seen::Unreadable { seq: 3 }
         );
-        delete_below(tmp.path(), 3);
+        std::fs::write(tmp.path().join(format!("{TMP_PREFIX}dead-9")), b"{").unwrap();
+        std::fs::write(tmp.path().join(format!("{TMP_PREFIX}me-9")), b"{").unwrap();
+        assert_eq!(
+            list(tmp.path()).unwrap(),
+            [1, 2, 3],
+            "temporary files are no records"
+        );
+        delete_below(tmp.path(), 3, "me");
         assert_eq!(list(tmp.path()).unwrap(), [3]);
+        let mut left: Vec<String> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, [file_name(3), format!("{TMP_PREFIX}me-9")]);
         assert_eq!(
             list(&tmp.path().join("missing")).unwrap(),
             Vec::<u64>::new()
