@@ -241,7 +241,7 @@ impl Ownership {
                 .name("weir-ownership".into())
                 .spawn(move || shared.renew_loop())
                 .map_err(|e| {
-                    Error::io("start the lease renewal thread for", &shared_dir(&guard), e)
+                    Error::io("start the lease renewal thread for", shared_dir(&guard), e)
                 })?
         };
         *lock(&guard.renewer) = Some(renewer);

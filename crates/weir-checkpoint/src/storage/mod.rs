@@ -59,6 +59,7 @@
 
 pub(crate) mod layout;
 mod manifest;
+mod owned;
 mod retain;
 mod writer;
 
@@ -141,25 +142,6 @@ impl CheckpointStorage {
             registry: Arc::default(),
             owner: None,
         })
-    }
-
-    /// This storage, written by the run holding `owner` (a lease on this directory): from
-    /// now on writing a manifest, retention and discarding first check that the run still
-    /// owns the directory, and fail with [`Error::OwnershipLost`] otherwise. Reading needs no
-    /// lease; a storage without an owner (read-only tools, tests) checks nothing.
-    pub fn owned_by(mut self, owner: crate::Ownership) -> Self {
-        self.owner = Some(owner);
-        self
-    }
-
-    /// The lease this storage checks, if any.
-    pub fn owner(&self) -> Option<&crate::Ownership> {
-        self.owner.as_ref()
-    }
-
-    /// Fails when this storage has an owner that no longer owns the directory.
-    pub(crate) fn check_owner(&self) -> Result<()> {
-        self.owner.as_ref().map_or(Ok(()), crate::Ownership::verify)
     }
 
     /// The storage directory (absolute).
