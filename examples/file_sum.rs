@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example file_sum -- --input IN --output OUTDIR --checkpoint-dir CKDIR \
-//!     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S]
+//!     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] [--lease-ms MS]
 //! ```
 //!
 //! - IN holds lines `key,value` (key: text without commas, value: an i64).
@@ -28,6 +28,11 @@
 //!   (the job then exits 0 and prints the savepoint's path).
 //! - If CKDIR holds checkpoints but none of them can be restored (all corrupt), the job
 //!   fails naming each one; `--start-fresh-if-unusable` starts from scratch instead.
+//! - One run at a time owns CKDIR and OUTDIR. A second run pointed at either while the first
+//!   lives is refused with the owner's pid, host and job; after a `kill -9` the next run on
+//!   the machine takes over at once, and a frozen run (or one on a dead host of a shared
+//!   volume) is taken over once it has not renewed its lease for `--lease-ms` (default
+//!   15000). A frozen run that thaws after that stops without writing anything.
 //! - Exits 0 once the input is consumed and the final checkpoint has committed everything;
 //!   a malformed line fails the job with the line's content and number.
 //!
@@ -84,6 +89,7 @@ struct Args {
     from_savepoint: Option<PathBuf>,
     start_fresh_if_unusable: bool,
     state: BackendKind,
+    lease_ms: Option<u64>,
 }
 
 fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
@@ -104,6 +110,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
     let mut from_savepoint = None;
     let mut start_fresh_if_unusable = false;
     let mut cache_entries: Option<usize> = None;
+    let mut lease_ms = None;
     // RocksDB when this example is built with the `rocksdb` feature, the heap otherwise.
     let mut state = BackendKind::parse(if cfg!(feature = "rocksdb") {
         "rocksdb"
@@ -155,6 +162,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                 job_args.push(flag.clone());
             }
             "--state" => state = BackendKind::parse(&value()?)?,
+            "--lease-ms" => lease_ms = Some(value()?.parse().context("--lease-ms")?),
             "--state-cache-entries" => {
                 cache_entries = Some(value()?.parse().context("--state-cache-entries")?)
             }
@@ -162,7 +170,8 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                 println!(
                     "usage: file_sum --input IN --output OUTDIR --checkpoint-dir CKDIR \
                      [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
-                     [--from-savepoint PATH] [--start-fresh-if-unusable] [--state rocksdb|memory] [--state-cache-entries N]\n       \
+                     [--from-savepoint PATH] [--start-fresh-if-unusable] [--state rocksdb|memory] \
+                     [--state-cache-entries N] [--lease-ms MS]\n       \
                      file_sum --cluster coordinator --listen HOST:PORT --workers N \
                      [--heartbeat-timeout-ms MS] <job flags>\n       \
                      file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS]"
@@ -202,6 +211,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                 from_savepoint,
                 start_fresh_if_unusable,
                 state,
+                lease_ms,
             });
         }
         Some(other) => bail!("--cluster is `coordinator` or `worker`, not `{other}`"),
@@ -218,6 +228,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         from_savepoint,
         start_fresh_if_unusable,
         state,
+        lease_ms,
     })
 }
 
@@ -318,6 +329,9 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
         .interval(Duration::from_millis(args.interval_ms));
     checkpoints.restore_from = args.from_savepoint.clone();
     checkpoints.start_fresh_if_unusable = args.start_fresh_if_unusable;
+    if let Some(ms) = args.lease_ms {
+        checkpoints.lease = Duration::from_millis(ms);
+    }
     let mut env = Env::new()
         .parallelism(args.parallelism)
         .state_backend(args.state.clone())

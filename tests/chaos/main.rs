@@ -12,5 +12,6 @@ mod cluster;
 mod harness;
 mod kills;
 mod lifecycle;
+mod ownership;
 mod property;
 mod storage;

@@ -195,6 +195,26 @@ pub enum Error {
         name: String,
     },
 
+    /// Another live run owns the directory (a checkpoint directory or a sink's output
+    /// directory); the message names it (job, pid, host, since when) and what to do.
+    #[error("{message}")]
+    Owned {
+        /// The directory.
+        dir: PathBuf,
+        /// The whole explanation.
+        message: String,
+    },
+
+    /// This run owned the directory but another run has taken it over (this process was
+    /// frozen for longer than its lease): it must stop without writing or committing.
+    #[error("{message}")]
+    OwnershipLost {
+        /// The directory.
+        dir: PathBuf,
+        /// The whole explanation.
+        message: String,
+    },
+
     /// A file was written after the checkpoint was finished.
     #[error("checkpoint {} is already finished; no more files can be written to it", path.display())]
     WriterFinished {

@@ -1,6 +1,6 @@
 //! weir-checkpoint: the checkpoint coordinator and checkpoint storage.
 //!
-//! Two independent parts, glued together by the runtime:
+//! Independent parts, glued together by the runtime:
 //!
 //! - [`coordinator`]: a sans-IO state machine that decides when checkpoint `n` is triggered,
 //!   collects the tasks' acknowledgements, and tells the runtime when `n` is complete,
@@ -9,14 +9,17 @@
 //!   last and atomically, verification (size + CRC-32) on load, fallback to the previous
 //!   checkpoint when the newest is corrupt, savepoints and retention ([`CheckpointStorage`],
 //!   [`Manifest`]).
+//! - [`ownership`]: leases that let one run at a time own a checkpoint directory (or a sink's
+//!   output directory), with a sans-IO protocol core ([`Ownership`]).
 //!
-//! Neither part knows operators, state backends or channels; those belong to weir-state and
+//! None of them knows operators, state backends or channels; those belong to weir-state and
 //! weir-runtime.
 #![deny(missing_docs)]
 
 pub mod coordinator;
 mod error;
 mod kind;
+pub mod ownership;
 pub mod storage;
 
 pub use coordinator::{
@@ -25,6 +28,7 @@ pub use coordinator::{
 };
 pub use error::{Error, FileProblem, Result};
 pub use kind::CheckpointKind;
+pub use ownership::{Claim, DEFAULT_LEASE, OwnerRecord, Ownership};
 pub use storage::{
     CheckpointInfo, CheckpointStorage, CheckpointWriter, DEFAULT_RETAINED, FileEntry,
     LatestComplete, LoadedCheckpoint, Manifest, ManifestStats, OperatorManifest, RetainReport,

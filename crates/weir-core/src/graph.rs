@@ -67,6 +67,10 @@ pub struct NodeSpec {
     pub chainable: bool,
     /// Needs keyed state (the runtime creates a state backend for it).
     pub keyed: bool,
+    /// Directories the node writes into that one job run at a time may own (an exactly-once
+    /// file sink's output directory): the runtime takes a lease on each before the job
+    /// starts, and refuses to run while another live run holds one.
+    pub exclusive_dirs: Vec<std::path::PathBuf>,
 }
 
 impl NodeSpec {

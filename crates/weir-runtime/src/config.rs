@@ -73,6 +73,12 @@ pub struct CheckpointConfig {
     pub start_fresh_if_unusable: bool,
     /// Restarts after a failure inside a running job.
     pub restart: RestartStrategy,
+    /// The lease the job holds on its checkpoint directory and its exactly-once file sinks'
+    /// output directories (renewed every third of it). Another run is refused while it
+    /// holds; it takes over a SIGKILLed run on the same machine at once, and a frozen run
+    /// (or one on a dead host of a shared volume) after this long without renewal.
+    /// Default 15 s; at least 300 ms.
+    pub lease: Duration,
 }
 
 /// Exponential backoff with full jitter between restarts, up to an attempt limit.
@@ -109,6 +115,7 @@ impl CheckpointConfig {
             restore_from: None,
             start_fresh_if_unusable: false,
             restart: RestartStrategy::default(),
+            lease: weir_checkpoint::DEFAULT_LEASE,
         }
     }
 
@@ -127,6 +134,14 @@ impl CheckpointConfig {
             return Err(Error::Config(
                 "the checkpoint timeout must be positive".into(),
             ));
+        }
+        if self.lease < weir_checkpoint::ownership::MIN_LEASE {
+            return Err(Error::Config(format!(
+                "the ownership lease {:?} is too short; use at least {:?} (the default is {:?})",
+                self.lease,
+                weir_checkpoint::ownership::MIN_LEASE,
+                weir_checkpoint::DEFAULT_LEASE
+            )));
         }
         if !self.interval.is_zero() && self.interval < Duration::from_millis(10) {
             return Err(Error::Config(format!(

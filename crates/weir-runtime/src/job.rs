@@ -414,6 +414,9 @@ pub(crate) fn run_with(
         Some(c) => Some(CheckpointStorage::open(&c.dir).map_err(|e| Error::Config(e.to_string()))?),
         None => None,
     };
+    // One run at a time owns the checkpoint and sink output directories: taken before
+    // anything is restored, cleaned up or written.
+    let (storage, _ownership) = crate::owner::claim(name, &job, storage)?;
     let mut attempt = 0u32;
     let mut savepoints = Vec::new();
     let mut checkpoints_completed = 0u64;
@@ -463,6 +466,8 @@ pub(crate) fn run_with(
                 first_id = first_id.max(CheckpointId(manifest.checkpoint_id.0.saturating_add(1)));
             }
         }
+        // A restore commits and deletes sink files: only while this run owns the directories.
+        crate::owner::verify(storage.as_ref())?;
         let outcome = match executor.launch(&job, storage.as_ref(), restore.as_ref()) {
             Ok(launched) => run_attempt(name, &job, storage.as_ref(), launched, first_id, started),
             Err(e) => Err(e),
@@ -625,14 +630,15 @@ impl Executor for LocalExecutor {
     }
 }
 
-/// A fresh directory name for restored backend files (`weir-restore-{pid}-{nanos}`).
+/// A fresh directory name for restored backend files (`weir-restore-{owner tag}-{nanos}`).
 pub(crate) fn restore_scratch_dir() -> PathBuf {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     remove_orphan_restore_dirs();
-    std::env::temp_dir().join(format!("weir-restore-{}-{nanos:x}", std::process::id()))
+    let owner = weir_core::scratch::owner_tag();
+    std::env::temp_dir().join(format!("weir-restore-{owner}-{nanos:x}"))
 }
 
 /// Which tasks of the graph this process runs, and how its channels to the other
@@ -857,6 +863,11 @@ fn run_attempt(
         if job.cancel.load(Ordering::SeqCst) {
             cancel.store(true, Ordering::SeqCst);
         }
+        if let Some(e) = crate::owner::lost(storage) {
+            // Another run took the directories over: stop, with that as the reason.
+            cancel.store(true, Ordering::SeqCst);
+            first_error = Some(e);
+        }
         if cancel.load(Ordering::SeqCst) && !cancel_sent {
             cancel_sent = true;
             on_cancel();
@@ -914,6 +925,13 @@ fn run_attempt(
                     }
                 }
                 Action::Notify { id, kind } => {
+                    // Sinks commit on this notification: only while this run owns the
+                    // directories.
+                    if let Err(e) = crate::owner::verify(storage) {
+                        cancel.store(true, Ordering::SeqCst);
+                        first_error = Some(e);
+                        continue;
+                    }
                     completed_count += 1;
                     let stops =
                         kind == CheckpointKind::Savepoint && stop_after.is_some_and(|s| id >= s);
@@ -970,6 +988,9 @@ fn run_attempt(
     if let Some(w) = writer {
         w.finish();
     }
+    if let Some(e) = crate::owner::lost(storage) {
+        first_error = Some(e);
+    }
     let result = if stopped && first_error.is_none() {
         Ok(())
     } else if let Some(e) = first_error.or(secondary) {
@@ -1000,14 +1021,11 @@ fn run_attempt(
     })
 }
 
-/// Removes restore directories (`weir-restore-{pid}-{nanos}`) of processes that are gone.
+/// Removes restore directories (`weir-restore-{owner tag}-{nanos}`) of processes that are
+/// gone.
 fn remove_orphan_restore_dirs() {
     weir_core::scratch::remove_orphans(&std::env::temp_dir(), |name| {
-        name.strip_prefix("weir-restore-")?
-            .split('-')
-            .next()?
-            .parse()
-            .ok()
+        name.strip_prefix("weir-restore-")?.split('-').next()
     });
 }
 

@@ -12,6 +12,7 @@ mod config;
 mod failpoint;
 mod job;
 mod metrics_http;
+mod owner;
 mod plan;
 mod task;
 

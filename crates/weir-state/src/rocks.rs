@@ -90,12 +90,11 @@ impl RocksStore {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        let instance = format!("{label}-{}-{n}-{nanos:x}", std::process::id());
-        // Instance directories are `{label}-{pid}-{n}-{nanos}`, the label `op{node}-{subtask}`:
-        // the pid is the third field.
-        weir_core::scratch::remove_orphans(&cfg.local_dir, |name| {
-            name.split('-').nth(2)?.parse().ok()
-        });
+        let owner = weir_core::scratch::owner_tag();
+        let instance = format!("{label}-{owner}-{n}-{nanos:x}");
+        // Instance directories are `{label}-{owner tag}-{n}-{nanos}`, the label
+        // `op{node}-{subtask}`: the owner tag is the third field.
+        weir_core::scratch::remove_orphans(&cfg.local_dir, |name| name.split('-').nth(2));
         let root = cfg.local_dir.join(&instance);
         let dir = root.join("db");
         std::fs::create_dir_all(&root).map_err(io(&root))?;

@@ -59,8 +59,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod layout;
+pub(crate) mod layout;
 mod manifest;
+mod owned;
 mod registry;
 mod retain;
 mod stop;
@@ -132,6 +133,8 @@ pub struct LatestComplete {
 pub struct CheckpointStorage {
     dir: PathBuf,
     registry: Arc<Registry>,
+    /// The run's lease on the directory, checked before every durable act.
+    owner: Option<crate::Ownership>,
 }
 
 impl CheckpointStorage {
@@ -145,6 +148,7 @@ impl CheckpointStorage {
         Ok(CheckpointStorage {
             dir,
             registry: Arc::default(),
+            owner: None,
         })
     }
 
@@ -193,11 +197,14 @@ impl CheckpointStorage {
     ///
     /// Files left in an incomplete `chk-` directory by an earlier attempt stay (they are
     /// overwritten or ignored, never referenced); a complete one is an
-    /// [`Error::AlreadyExists`].
+    /// [`Error::AlreadyExists`]. A storage [`owned_by`](Self::owned_by) a run that lost the
+    /// directory refuses with [`Error::OwnershipLost`].
     pub fn begin(&self, id: CheckpointId, kind: CheckpointKind) -> Result<CheckpointWriter> {
         if kind.is_savepoint() {
             return self.savepoint(id, &layout::unix_millis().to_string());
         }
+        // A run that lost the directory must not write files into another run's attempt.
+        self.check_owner()?;
         let dir = self.dir.join(layout::checkpoint_dir_name(id));
         std::fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", &dir, e))?;
         if dir.join(METADATA).exists() {
@@ -214,6 +221,7 @@ impl CheckpointStorage {
             dir,
             self.dir.join(SHARED_DIR),
             self.registry.clone(),
+            self.owner.clone(),
         )
     }
 
@@ -221,6 +229,7 @@ impl CheckpointStorage {
     /// digits, `.`, `_` and `-`; the directory must not exist yet.
     pub fn savepoint(&self, id: CheckpointId, name: &str) -> Result<CheckpointWriter> {
         layout::validate_savepoint_name(name)?;
+        self.check_owner()?;
         let dir = self.dir.join(layout::savepoint_dir_name(id, name));
         // Fsyncs the storage directory, so that the new entry survives a crash.
         match layout::create_dir_synced(&dir) {
@@ -238,6 +247,7 @@ impl CheckpointStorage {
             dir,
             self.dir.join(SHARED_DIR),
             self.registry.clone(),
+            self.owner.clone(),
         )
     }
 
@@ -368,6 +378,7 @@ impl CheckpointStorage {
             if !dir.is_dir() {
                 continue;
             }
+            self.check_owner()?;
             if dir.join(METADATA).exists() {
                 tracing::debug!(checkpoint = %id, path = %dir.display(), "not discarding a complete checkpoint");
                 continue;

@@ -49,6 +49,7 @@ impl CheckpointStorage {
         }
         let span = tracing::info_span!("checkpoint_retain", keep);
         let _enter = span.enter();
+        self.check_owner()?;
         // List shared/ before the checkpoint directories: a shared file in this listing was
         // written by a writer whose directory the listing below sees.
         let shared_dir = self.dir.join(SHARED_DIR);

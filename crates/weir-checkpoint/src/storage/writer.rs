@@ -31,6 +31,8 @@ struct Inner {
     dir: PathBuf,
     shared_dir: PathBuf,
     registry: Arc<Registry>,
+    /// The run's lease, checked right before the manifest is renamed into place.
+    owner: Option<crate::Ownership>,
     token: u64,
     seq: AtomicU64,
     state: Mutex<State>,
@@ -56,6 +58,7 @@ impl CheckpointWriter {
         dir: PathBuf,
         shared_dir: PathBuf,
         registry: Arc<Registry>,
+        owner: Option<crate::Ownership>,
     ) -> Result<Self> {
         let token = registry.register(&dir)?;
         let inner = Inner {
@@ -64,6 +67,7 @@ impl CheckpointWriter {
             dir,
             shared_dir,
             registry,
+            owner,
             token,
             seq: AtomicU64::new(0),
             state: Mutex::new(State::default()),
@@ -330,6 +334,11 @@ impl CheckpointWriter {
         let tmp = inner.dir.join(METADATA_TMP);
         layout::write_synced(&tmp, &json)?;
         let target = inner.dir.join(METADATA);
+        // The checkpoint becomes a restore point with this rename: only while this run
+        // still owns the directory.
+        if let Some(owner) = &inner.owner {
+            owner.verify()?;
+        }
         std::fs::rename(&tmp, &target).map_err(|e| Error::io("rename into place", &tmp, e))?;
         layout::sync_dir(&inner.dir)?;
         state.finished = true;

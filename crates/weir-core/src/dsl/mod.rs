@@ -137,6 +137,7 @@ impl Pipeline {
             factory: Arc::new(FnFactory(factory)),
             chainable,
             keyed: desc.keyed,
+            exclusive_dirs: Vec::new(),
         });
         id
     }

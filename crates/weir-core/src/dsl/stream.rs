@@ -453,9 +453,16 @@ impl<T: Data> Stream<T> {
     ) -> SinkHandle {
         let dir = dir.into();
         let format: Arc<dyn Fn(&T) -> String + Send + Sync> = Arc::new(format);
-        self.sink("exactly-once-file", move || {
+        let owned = dir.clone();
+        let handle = self.sink("exactly-once-file", move || {
             ExactlyOnceFileSink::new(dir.clone(), format.clone())
-        })
+        });
+        // Its restore deletes uncommitted files and commits pending ones: one job run at a
+        // time may write into the directory (the workers of one cluster job share it).
+        handle
+            .p
+            .edit_node(handle.node, |n| n.exclusive_dirs.push(owned));
+        handle
     }
 
     /// Drops every record (benchmarks).

@@ -160,17 +160,14 @@ pub(crate) fn run(
 fn staging_dir() -> PathBuf {
     let tmp = std::env::temp_dir();
     weir_core::scratch::remove_orphans(&tmp, |name| {
-        name.strip_prefix("weir-coordinator-")?
-            .split('-')
-            .next()?
-            .parse()
-            .ok()
+        name.strip_prefix("weir-coordinator-")?.split('-').next()
     });
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    tmp.join(format!("weir-coordinator-{}-{nanos:x}", std::process::id()))
+    let owner = weir_core::scratch::owner_tag();
+    tmp.join(format!("weir-coordinator-{owner}-{nanos:x}"))
 }
 
 struct ClusterExecutor {
