@@ -23,7 +23,10 @@
 //! More options: `--checkpoint-timeout-ms MS` (default 30000), `--transaction-timeout-ms MS`
 //! (default 60000; must cover interval + checkpoint timeout and stay within the broker's
 //! `transaction.max.timeout.ms`), `--transactional-id-prefix NAME` (default `kafka_sum`),
-//! `--at-least-once`, `--state memory|rocksdb` (rocksdb needs the `rocksdb` feature).
+//! `--at-least-once`, `--state memory|rocksdb` (rocksdb needs the `rocksdb` feature),
+//! `--max-restarts N` (give up after N restarts in a row, that is with less than 10 minutes
+//! of running between them; by default a failure that a restart may get past is retried
+//! forever, at most a minute apart).
 //!
 //! A broker for trying it: `scripts/kafka.sh start` (see README).
 
@@ -47,6 +50,7 @@ struct Args {
     dead_letter: Option<String>,
     at_least_once: bool,
     state: BackendKind,
+    max_restarts: Option<u32>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -63,6 +67,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut dead_letter = None;
     let mut at_least_once = false;
     let mut state = BackendKind::parse("memory")?;
+    let mut max_restarts = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -86,13 +91,14 @@ fn parse_args() -> anyhow::Result<Args> {
             "--dead-letter-topic" => dead_letter = Some(value()?),
             "--at-least-once" => at_least_once = true,
             "--state" => state = BackendKind::parse(&value()?)?,
+            "--max-restarts" => max_restarts = Some(value()?.parse().context("--max-restarts")?),
             "-h" | "--help" => {
                 println!(
                     "usage: kafka_sum --brokers HOST:PORT --input-topic IN --output-topic OUT \
                      --checkpoint-dir CKDIR [--checkpoint-interval-ms MS] [--parallelism P] \
                      [--bounded] [--checkpoint-timeout-ms MS] [--transaction-timeout-ms MS] \
                      [--transactional-id-prefix NAME] [--dead-letter-topic DLQ] \
-                     [--at-least-once] [--state memory|rocksdb]"
+                     [--at-least-once] [--state memory|rocksdb] [--max-restarts N]"
                 );
                 std::process::exit(0);
             }
@@ -113,6 +119,7 @@ fn parse_args() -> anyhow::Result<Args> {
         dead_letter,
         at_least_once,
         state,
+        max_restarts,
     })
 }
 
@@ -161,6 +168,12 @@ fn main() -> anyhow::Result<()> {
     let mut checkpoints = CheckpointConfig::new(&args.checkpoint_dir)
         .interval(Duration::from_millis(args.interval_ms));
     checkpoints.timeout = Duration::from_millis(args.checkpoint_timeout_ms);
+    if let Some(n) = args.max_restarts {
+        checkpoints.restart = weir::RestartStrategy::ExponentialDelay(weir::ExponentialDelay {
+            max_attempts: Some(n),
+            ..weir::ExponentialDelay::default()
+        });
+    }
     let env = Env::new()
         .parallelism(args.parallelism)
         .state_backend(args.state.clone())

@@ -12,3 +12,4 @@ mod cluster;
 mod harness;
 mod kills;
 mod property;
+mod restarts;
