@@ -9,6 +9,7 @@
 
 mod bounded;
 mod cluster;
+mod cluster_staging;
 mod harness;
 mod kills;
 mod property;
