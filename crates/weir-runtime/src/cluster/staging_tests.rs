@@ -5,12 +5,12 @@ use weir_core::checkpoint::LocalFile;
 
 const T: Task = (2, 0);
 
+/// An acknowledgement's snapshot and the file contents it carries.
+type Ack = (BTreeMap<String, OperatorSnapshot>, Vec<(String, Vec<u8>)>);
+
 /// One acknowledgement: the snapshot of one operator referring to `names` (files ending in
 /// `.sst` are immutable and shared), and the contents sent for `sent`.
-fn ack(
-    names: &[&str],
-    sent: &[&str],
-) -> (BTreeMap<String, OperatorSnapshot>, Vec<(String, Vec<u8>)>) {
+fn ack(names: &[&str], sent: &[&str]) -> Ack {
     let files = names
         .iter()
         .map(|n| LocalFile {
