@@ -3,9 +3,11 @@
 //! `weir cluster` requests. The job's attempt loop and checkpoint coordination are the
 //! single-process ones ([`crate::job::run_with`]); this is their [`Executor`].
 
+mod admin;
+
 use super::ClusterConfig;
 use super::staging::Staging;
-use super::wire::{self, AdminRequest, Body, Deploy, Wire, WireEvent};
+use super::wire::{self, Body, Deploy, Wire, WireEvent};
 use crate::job::{Commands, Executor, Launched, Running};
 use crate::task::{JobShared, TaskCommand, TaskEvent};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -400,7 +402,7 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
     };
     match wire::decode(&first) {
         Ok(Body::Admin(req)) => {
-            let reply = admin(&shared, req);
+            let reply = admin::answer(&shared, req);
             let _ = wire::write_frame(&mut w, &wire::encode_json(&reply)).await;
             return;
         }
@@ -710,62 +712,4 @@ fn lost(shared: &Shared, id: u32, reason: &str) {
     }
     drop(st);
     let _ = shared.changed.send(());
-}
-
-/// Answers a `weir cluster` request.
-fn admin(shared: &Shared, req: AdminRequest) -> serde_json::Value {
-    match req {
-        AdminRequest::Status => {
-            let st = shared.state();
-            let tasks_of = |id: u32| {
-                st.route
-                    .as_ref()
-                    .map_or(0, |r| r.worker_of.iter().filter(|w| **w == id).count())
-            };
-            let workers: Vec<serde_json::Value> = st
-                .workers
-                .iter()
-                .map(|(id, w)| {
-                    serde_json::json!({
-                        "id": id,
-                        "address": w.peer.to_string(),
-                        "data_address": w.data,
-                        "slots": w.slots,
-                        "tasks": tasks_of(*id),
-                    })
-                })
-                .collect();
-            let last = shared.job.cfg.checkpoint.as_ref().and_then(|c| {
-                let storage = CheckpointStorage::open(&c.dir).ok()?;
-                let latest = storage.latest_complete().ok()?.checkpoint?;
-                Some(serde_json::json!({
-                    "id": latest.manifest.checkpoint_id.0,
-                    "kind": latest.manifest.kind.to_string(),
-                    "path": latest.path.display().to_string(),
-                }))
-            });
-            serde_json::json!({
-                "job": shared.name,
-                "state": st.phase,
-                "attempt": st.route.as_ref().map(|r| r.attempt),
-                "workers": workers,
-                "slots": st.workers.values().map(|w| w.slots).sum::<u32>(),
-                "last_checkpoint": last,
-            })
-        }
-        AdminRequest::Cancel => {
-            shared.job.cancel.store(true, Ordering::SeqCst);
-            serde_json::json!({"ok": true, "message": format!("cancelling job '{}'", shared.name)})
-        }
-        AdminRequest::Savepoint { stop } => {
-            if shared.job.cfg.checkpoint.is_none() {
-                return serde_json::json!({"ok": false, "message": "the job runs without checkpoints; savepoints need a checkpoint directory"});
-            }
-            shared
-                .job
-                .savepoint_request
-                .fetch_max(if stop { 2 } else { 1 }, Ordering::SeqCst);
-            serde_json::json!({"ok": true, "message": if stop { "taking a savepoint, then stopping" } else { "taking a savepoint" }})
-        }
-    }
 }

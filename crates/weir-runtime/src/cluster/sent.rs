@@ -7,9 +7,11 @@
 //! checkpoint (its staging failed, or its checkpoint was aborted) is sent again. The
 //! worker learns of completions and aborts from the commands it relays to its tasks; it
 //! may learn later than the coordinator moved on, which only makes it send more. A
-//! `Resend` from the coordinator empties the task's basis.
+//! `Resend` from the coordinator empties the task's basis. [`ack_files`] applies the rule to
+//! an acknowledgement.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
 
 /// A task of an attempt: (head node, subtask).
 type Task = (usize, usize);
@@ -66,6 +68,56 @@ impl SentFiles {
             t.basis.clear();
         }
     }
+}
+
+/// The files an acknowledgement of `checkpoint` by `task` carries: every file of the
+/// snapshot except the shared ones the coordinator holds already; or why they could not
+/// be read (the coordinator then fails the checkpoint at once).
+pub(crate) fn ack_files(
+    snapshot: &mut std::collections::BTreeMap<String, weir_core::checkpoint::OperatorSnapshot>,
+    sent: &Mutex<SentFiles>,
+    task: (usize, usize),
+    checkpoint: u64,
+) -> (Vec<(String, Vec<u8>)>, Option<String>) {
+    // The backend's asynchronous part may still be writing its files.
+    for snap in snapshot.values_mut() {
+        if let Err(e) = snap.resolve_files() {
+            tracing::warn!(error = %e, "a state backend snapshot failed");
+            return (
+                Vec::new(),
+                Some(format!("the state backend's snapshot failed: {e}")),
+            );
+        }
+    }
+    let lock = || sent.lock().unwrap_or_else(|p| p.into_inner());
+    let to_send: Vec<&weir_core::checkpoint::LocalFile> = {
+        let sent = lock();
+        snapshot
+            .values()
+            .flat_map(|s| &s.files)
+            .filter(|f| !(f.shared && sent.leave_out(task, &f.name)))
+            .collect()
+    };
+    let mut files = Vec::new();
+    for f in to_send {
+        match std::fs::read(&f.path) {
+            Ok(b) => files.push((f.name.clone(), b)),
+            Err(e) => {
+                tracing::warn!(file = %f.path.display(), error = %e, "reading a checkpoint file failed");
+                return (
+                    Vec::new(),
+                    Some(format!("reading {}: {e}", f.path.display())),
+                );
+            }
+        }
+    }
+    let shared = snapshot
+        .values()
+        .flat_map(|s| &s.files)
+        .filter(|f| f.shared)
+        .map(|f| f.name.clone());
+    lock().acknowledged(task, checkpoint, shared);
+    (files, None)
 }
 
 #[cfg(test)]

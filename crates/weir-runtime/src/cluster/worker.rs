@@ -3,7 +3,7 @@
 
 use super::data::{DataPlane, RemoteLink};
 use super::mono_us;
-use super::sent::SentFiles;
+use super::sent::{SentFiles, ack_files};
 use super::wire::{self, Body, Deploy, Wire, WireError, WireEvent};
 use crate::job::{Commands, Subset};
 use crate::task::{JobShared, StartGate, TaskCommand, TaskEvent};
@@ -672,56 +672,6 @@ fn start_attempt(
         restore_dir,
         sent,
     }
-}
-
-/// The files an acknowledgement of `checkpoint` by `task` carries: every file of the
-/// snapshot except the shared ones the coordinator holds already; or why they could not
-/// be read (the coordinator then fails the checkpoint at once).
-fn ack_files(
-    snapshot: &mut std::collections::BTreeMap<String, weir_core::checkpoint::OperatorSnapshot>,
-    sent: &Mutex<SentFiles>,
-    task: (usize, usize),
-    checkpoint: u64,
-) -> (Vec<(String, Vec<u8>)>, Option<String>) {
-    // The backend's asynchronous part may still be writing its files.
-    for snap in snapshot.values_mut() {
-        if let Err(e) = snap.resolve_files() {
-            tracing::warn!(error = %e, "a state backend snapshot failed");
-            return (
-                Vec::new(),
-                Some(format!("the state backend's snapshot failed: {e}")),
-            );
-        }
-    }
-    let lock = || sent.lock().unwrap_or_else(|p| p.into_inner());
-    let to_send: Vec<&weir_core::checkpoint::LocalFile> = {
-        let sent = lock();
-        snapshot
-            .values()
-            .flat_map(|s| &s.files)
-            .filter(|f| !(f.shared && sent.leave_out(task, &f.name)))
-            .collect()
-    };
-    let mut files = Vec::new();
-    for f in to_send {
-        match std::fs::read(&f.path) {
-            Ok(b) => files.push((f.name.clone(), b)),
-            Err(e) => {
-                tracing::warn!(file = %f.path.display(), error = %e, "reading a checkpoint file failed");
-                return (
-                    Vec::new(),
-                    Some(format!("reading {}: {e}", f.path.display())),
-                );
-            }
-        }
-    }
-    let shared = snapshot
-        .values()
-        .flat_map(|s| &s.files)
-        .filter(|f| f.shared)
-        .map(|f| f.name.clone());
-    lock().acknowledged(task, checkpoint, shared);
-    (files, None)
 }
 
 fn send_event(
