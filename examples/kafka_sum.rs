@@ -29,7 +29,10 @@
 //! `--from-savepoint PATH` (start from a savepoint, e.g. one taken with
 //! `weir savepoint stop CKDIR`, instead of the newest checkpoint in CKDIR),
 //! `--start-fresh-if-unusable` (start from scratch when CKDIR holds checkpoints but none can
-//! be restored; by default the job fails naming each).
+//! be restored; by default the job fails naming each),
+//! `--max-restarts N` (give up after N restarts in a row, that is with less than 10 minutes
+//! of running between them; by default a failure that a restart may get past is retried
+//! forever, at most a minute apart).
 //!
 //! A broker for trying it: `scripts/kafka.sh start` (see README).
 
@@ -55,6 +58,7 @@ struct Args {
     state: BackendKind,
     from_savepoint: Option<PathBuf>,
     start_fresh_if_unusable: bool,
+    max_restarts: Option<u32>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -73,6 +77,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut state = BackendKind::parse("memory")?;
     let mut from_savepoint = None;
     let mut start_fresh_if_unusable = false;
+    let mut max_restarts = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -98,6 +103,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--state" => state = BackendKind::parse(&value()?)?,
             "--from-savepoint" => from_savepoint = Some(PathBuf::from(value()?)),
             "--start-fresh-if-unusable" => start_fresh_if_unusable = true,
+            "--max-restarts" => max_restarts = Some(value()?.parse().context("--max-restarts")?),
             "-h" | "--help" => {
                 println!(
                     "usage: kafka_sum --brokers HOST:PORT --input-topic IN --output-topic OUT \
@@ -105,7 +111,7 @@ fn parse_args() -> anyhow::Result<Args> {
                      [--bounded] [--checkpoint-timeout-ms MS] [--transaction-timeout-ms MS] \
                      [--transactional-id-prefix NAME] [--dead-letter-topic DLQ] \
                      [--at-least-once] [--state memory|rocksdb] [--from-savepoint PATH] \
-                     [--start-fresh-if-unusable]"
+                     [--start-fresh-if-unusable] [--max-restarts N]"
                 );
                 std::process::exit(0);
             }
@@ -128,6 +134,7 @@ fn parse_args() -> anyhow::Result<Args> {
         state,
         from_savepoint,
         start_fresh_if_unusable,
+        max_restarts,
     })
 }
 
@@ -178,6 +185,12 @@ fn main() -> anyhow::Result<()> {
     checkpoints.timeout = Duration::from_millis(args.checkpoint_timeout_ms);
     checkpoints.restore_from = args.from_savepoint.clone();
     checkpoints.start_fresh_if_unusable = args.start_fresh_if_unusable;
+    if let Some(n) = args.max_restarts {
+        checkpoints.restart = weir::RestartStrategy::ExponentialDelay(weir::ExponentialDelay {
+            max_attempts: Some(n),
+            ..weir::ExponentialDelay::default()
+        });
+    }
     let env = Env::new()
         .parallelism(args.parallelism)
         .state_backend(args.state.clone())

@@ -18,15 +18,15 @@ fn free_port() -> u16 {
 }
 
 /// One cluster run of a scenario: the processes and their logs.
-struct Cluster<'a> {
+pub(super) struct Cluster<'a> {
     s: &'a Scenario,
-    address: String,
+    pub(super) address: String,
     logs: PathBuf,
     started: usize,
 }
 
 impl<'a> Cluster<'a> {
-    fn new(s: &'a Scenario) -> Self {
+    pub(super) fn new(s: &'a Scenario) -> Self {
         let logs = s.output.with_file_name("logs");
         std::fs::create_dir_all(&logs).expect("log dir");
         Cluster {
@@ -51,9 +51,19 @@ impl<'a> Cluster<'a> {
 
     /// The coordinator with extra job flags; its stdout and stderr go to the log.
     fn coordinator_with(&mut self, extra: &[&str]) -> (Child, PathBuf) {
+        self.coordinator_env(extra, &[])
+    }
+
+    /// The coordinator with extra job flags and environment variables.
+    pub(super) fn coordinator_env(
+        &mut self,
+        extra: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> (Child, PathBuf) {
         let (path, log) = self.log_file("coordinator");
         let mut c = self.s.command(4, Some(6_000), 100);
         c.args(extra);
+        c.envs(env.iter().copied());
         c.arg("--cluster")
             .arg("coordinator")
             .arg("--listen")
@@ -118,7 +128,7 @@ fn weir_cluster(address: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
-fn read(path: &Path) -> String {
+pub(super) fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
@@ -146,14 +156,14 @@ fn signal(child: &Child, sig: &str) {
 }
 
 /// Waits for a process to exit 0; on failure shows its log.
-fn expect_success(child: &mut Child, log: &Path, what: &str) {
+pub(super) fn expect_success(child: &mut Child, log: &Path, what: &str) {
     let status = wait_within(child, Duration::from_secs(120));
     assert!(status.success(), "{what} failed: {status}\n{}", read(log));
 }
 
 /// Starts workers one after the other (so their ids follow), with 2, 1 and 1 slots: four
 /// slots for parallelism 4, none to spare.
-fn start_workers(cl: &mut Cluster<'_>, coord_log: &Path) -> Vec<(Child, PathBuf)> {
+pub(super) fn start_workers(cl: &mut Cluster<'_>, coord_log: &Path) -> Vec<(Child, PathBuf)> {
     let mut workers = Vec::new();
     for (i, slots) in [2, 1, 1].into_iter().enumerate() {
         workers.push(cl.worker(slots));

@@ -9,9 +9,11 @@
 
 mod bounded;
 mod cluster;
+mod cluster_staging;
 mod harness;
 mod kills;
 mod lifecycle;
 mod ownership;
 mod property;
+mod restarts;
 mod storage;

@@ -44,8 +44,8 @@ fn run(input: &[(u32, i64)], failures: Vec<usize>, parallelism: usize) -> BTreeM
     std::fs::write(&file, text).expect("write input");
     let out = dir.path().join("out");
     let mut ck = CheckpointConfig::new(dir.path().join("ck")).interval(Duration::from_millis(10));
-    ck.restart.max_attempts = failures.len() as u32 + 1;
-    ck.restart.initial_backoff = Duration::from_millis(1);
+    ck.restart =
+        weir::RestartStrategy::fixed_delay(failures.len() as u32 + 1, Duration::from_millis(1));
     let env = Env::new().parallelism(parallelism).checkpoints(ck);
     let failures = Arc::new(failures);
     let next_failure = Arc::new(AtomicUsize::new(0));

@@ -191,8 +191,9 @@ fn malformed_records_go_to_the_dead_letter_topic_with_their_origin() {
 }
 
 /// A broker address where nothing listens: kafka_sum fails saying the brokers did not
-/// answer. Each attempt waits 10 s for the broker, and the job restarts 3 times (the
-/// default restart strategy) before it gives up, so it exits within 75 s.
+/// answer. Each attempt waits 10 s for the broker; with `--max-restarts 3` the job restarts
+/// 3 times (about 100 ms, 200 ms and 400 ms apart) before it gives up, so it exits within
+/// 75 s and says which strategy gave up.
 #[test]
 fn an_unreachable_broker_fails_kafka_sum_with_a_clear_message() {
     let port = {
@@ -205,6 +206,8 @@ fn an_unreachable_broker_fails_kafka_sum_with_a_clear_message() {
     // The later --brokers wins.
     let mut run = Running::start(kafka_sum("in", "out", ck.path()).args([
         "--bounded",
+        "--max-restarts",
+        "3",
         "--brokers",
         &address,
     ]));
@@ -230,6 +233,9 @@ fn an_unreachable_broker_fails_kafka_sum_with_a_clear_message() {
         "kafka_sum succeeded without a broker:\n{err}"
     );
     assert!(err.contains(&want), "stderr lacks {want:?}:\n{err}");
+    let gave_up =
+        "not restarting: the exponential-delay strategy allows at most 3 restarts in a row";
+    assert!(err.contains(gave_up), "stderr lacks {gave_up:?}:\n{err}");
 }
 
 /// A missing input topic and a missing output topic are named in the error, and the
@@ -575,11 +581,7 @@ fn copy_job(
     cfg.retain = 100;
     cfg.timeout = Duration::from_secs(30);
     cfg.restore_from = from.map(std::path::Path::to_path_buf);
-    cfg.restart = weir::RestartStrategy {
-        max_attempts: 0,
-        initial_backoff: Duration::from_millis(10),
-        max_backoff: Duration::from_millis(10),
-    };
+    cfg.restart = weir::RestartStrategy::None;
     let env = Env::new().parallelism(1).checkpoints(cfg);
     let source = weir_kafka::KafkaSource::new(broker(), [input]).deserializer(|r| {
         Ok((

@@ -3,13 +3,16 @@
 //! Set `WEIR_FAILPOINTS=name=action[,name=action...]`; actions: `kill` (the process
 //! sends itself SIGKILL, exactly as `kill -9` from outside would), `stop` (the process
 //! sends itself SIGSTOP and goes on after a SIGCONT: a frozen cluster worker), `exit`
-//! (exit status 86 at once, without flushing or cleanup) and `panic`. A fail point fires the first time
-//! it is hit. Names used by weir: `checkpoint.before_metadata`,
+//! (exit status 86 at once, without flushing or cleanup), `panic`, and `error` (the operation
+//! at the fail point fails with an I/O error, where the code asks with [`check`]). A fail
+//! point fires the first time it is hit. Names used by weir: `checkpoint.before_metadata`,
 //! `checkpoint.after_metadata`, `savepoint.before_metadata` (job coordinator), `sink.after_precommit`,
 //! `sink.before_commit`, `sink.after_commit` (exactly-once file sink), and in the Kafka
 //! sink `kafka.after_precommit`, `kafka.before_commit`, `kafka.during_commit` (fires on
 //! another thread while the commit is in flight), `kafka.after_commit`,
-//! `kafka.during_replay` (half-way through re-producing an epoch on restore).
+//! `kafka.during_replay` (half-way through re-producing an epoch on restore), and
+//! `cluster.stage` (a cluster coordinator staging the checkpoint files a worker sent; use
+//! `error`).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -46,13 +49,45 @@ pub fn armed(name: &str) -> bool {
 /// weir_core::failpoint::hit("not.configured"); // no-op unless WEIR_FAILPOINTS names it
 /// ```
 pub fn hit(name: &str) {
-    let action = table()
+    if let Some(action) = take(name) {
+        fire(name, &action);
+    }
+}
+
+/// Fires the fail point `name` like [`hit`]; with the action `error` it returns an I/O
+/// error instead, for the caller to handle as it would a real failure at this point.
+///
+/// ```
+/// assert!(weir_core::failpoint::check("not.configured").is_ok());
+/// ```
+pub fn check(name: &str) -> crate::Result<()> {
+    match take(name) {
+        Some(action) if action == "error" => {
+            eprintln!("[weir] fail point '{name}': error");
+            Err(crate::Error::io(
+                format!("fail point '{name}'"),
+                std::io::Error::other("injected failure"),
+            ))
+        }
+        Some(action) => {
+            fire(name, &action);
+            Ok(())
+        }
+        None => Ok(()),
+    }
+}
+
+/// The action of fail point `name`, once.
+fn take(name: &str) -> Option<String> {
+    table()
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .remove(name);
-    let Some(action) = action else { return };
+        .remove(name)
+}
+
+fn fire(name: &str, action: &str) {
     eprintln!("[weir] fail point '{name}': {action}");
-    match action.as_str() {
+    match action {
         "kill" => {
             let pid = std::process::id().to_string();
             let _ = std::process::Command::new("kill")
@@ -73,8 +108,8 @@ pub fn hit(name: &str) {
         }
         "exit" => std::process::exit(86),
         "panic" => panic!("fail point '{name}'"),
-        other => {
-            eprintln!("[weir] unknown fail point action '{other}' (use kill, stop, exit or panic)")
-        }
+        other => eprintln!(
+            "[weir] unknown fail point action '{other}' (use kill, stop, exit, panic, or error where the code checks for it)"
+        ),
     }
 }

@@ -6,6 +6,8 @@ use weir_core::data::DEFAULT_MAX_PARALLELISM;
 use weir_core::{Error, Result};
 use weir_state::BackendKind;
 
+pub use crate::restart::RestartStrategy;
+
 /// How a job runs. Every field has a default; `validate` explains what to fix.
 ///
 /// ```
@@ -71,7 +73,8 @@ pub struct CheckpointConfig {
     /// restored, since starting over would process the input again and duplicate what the
     /// sinks committed.
     pub start_fresh_if_unusable: bool,
-    /// Restarts after a failure inside a running job.
+    /// Restarts after a failure inside a running job (default: exponential delay with
+    /// unlimited attempts that resets after 10 minutes without failure).
     pub restart: RestartStrategy,
     /// The lease the job holds on its checkpoint directory and its exactly-once file sinks'
     /// output directories (renewed every third of it). Another run is refused while it
@@ -79,27 +82,6 @@ pub struct CheckpointConfig {
     /// (or one on a dead host of a shared volume) after this long without renewal.
     /// Default 15 s; at least 300 ms.
     pub lease: Duration,
-}
-
-/// Exponential backoff with full jitter between restarts, up to an attempt limit.
-#[derive(Debug, Clone, Copy)]
-pub struct RestartStrategy {
-    /// Restarts allowed before the job fails (0: never restart).
-    pub max_attempts: u32,
-    /// Base delay; attempt `n` waits a random time in `[0, min(max, base * 2^n)]`.
-    pub initial_backoff: Duration,
-    /// Cap on the delay.
-    pub max_backoff: Duration,
-}
-
-impl Default for RestartStrategy {
-    fn default() -> Self {
-        RestartStrategy {
-            max_attempts: 3,
-            initial_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(10),
-        }
-    }
 }
 
 impl CheckpointConfig {
@@ -127,6 +109,7 @@ impl CheckpointConfig {
 
     /// Checks the configuration; the error says what to change.
     pub fn validate(&self) -> Result<()> {
+        self.restart.validate()?;
         if self.retain == 0 {
             return Err(Error::Config("retain at least 1 checkpoint".into()));
         }
@@ -188,6 +171,9 @@ impl JobConfig {
             return Err(Error::Config("batch size must be at least 1 record".into()));
         }
         if let Some(c) = &self.cluster {
+            c.validate()?;
+        }
+        if let Some(c) = &self.checkpoint {
             c.validate()?;
         }
         if self.channel_capacity == 0 {

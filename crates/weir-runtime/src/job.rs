@@ -418,6 +418,11 @@ pub(crate) fn run_with(
     // anything is restored, cleaned up or written.
     let (storage, _ownership) = crate::owner::claim(name, &job, storage)?;
     let mut attempt = 0u32;
+    let mut restarts = job
+        .cfg
+        .checkpoint
+        .as_ref()
+        .map(|c| crate::restart::Restarts::new(c.restart, started, restart_seed()));
     let mut savepoints = Vec::new();
     let mut checkpoints_completed = 0u64;
     let mut explicit = job
@@ -506,7 +511,7 @@ pub(crate) fn run_with(
             }
             Err(e) if job.cancel.load(Ordering::SeqCst) => return Err(e),
             Err(e) => {
-                let Some(cfg) = &job.cfg.checkpoint else {
+                let (Some(cfg), Some(restarts)) = (&job.cfg.checkpoint, restarts.as_mut()) else {
                     return Err(e);
                 };
                 if e.is_deterministic() {
@@ -515,18 +520,25 @@ pub(crate) fn run_with(
                     );
                     return Err(e);
                 }
-                if attempt >= cfg.restart.max_attempts {
-                    eprintln!("[weir] job '{name}' failed after {attempt} restarts: {e}");
-                    return Err(e);
-                }
-                attempt += 1;
-                let delay = backoff(&cfg.restart, attempt);
-                eprintln!(
-                    "[weir] job '{name}' failed: {e}; restarting from the last complete checkpoint \
-                     (attempt {attempt} of {}) in {} ms",
-                    cfg.restart.max_attempts,
-                    delay.as_millis()
-                );
+                let delay = match restarts.on_failure(Instant::now()) {
+                    crate::restart::Decision::GiveUp { reason } => {
+                        eprintln!(
+                            "[weir] job '{name}' failed after {attempt} restart{}: {e}; not restarting: {reason}",
+                            if attempt == 1 { "" } else { "s" }
+                        );
+                        tracing::error!(restarts = attempt, strategy = %cfg.restart, %reason, "giving up");
+                        return Err(e);
+                    }
+                    crate::restart::Decision::Restart { delay, note } => {
+                        attempt += 1;
+                        eprintln!(
+                            "[weir] job '{name}' failed: {e}; restarting from the last complete checkpoint \
+                             in {} ms (restart {attempt}; {note})",
+                            delay.as_millis()
+                        );
+                        delay
+                    }
+                };
                 // After a restart, resume from the newest checkpoint, not an explicit old one.
                 if outcome.completed.is_some() {
                     explicit = None;
@@ -543,21 +555,13 @@ pub(crate) fn run_with(
     }
 }
 
-/// Full-jitter exponential backoff: a random delay in `[0, min(max, base * 2^attempt)]`.
-fn backoff(s: &crate::RestartStrategy, attempt: u32) -> Duration {
-    let cap = s
-        .initial_backoff
-        .saturating_mul(1u32 << attempt.min(20))
-        .min(s.max_backoff);
+/// A seed for the restart delays' jitter, different in every run.
+fn restart_seed() -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
+        .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
-    let mut x = (nanos as u64) ^ 0x9E37_79B9_7F4A_7C15 ^ ((attempt as u64) << 32);
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    Duration::from_nanos(x % (cap.as_nanos() as u64).max(1))
+    nanos ^ ((std::process::id() as u64) << 32)
 }
 
 /// One attempt's tasks, wherever they run: their handles, the events they report, and

@@ -14,8 +14,10 @@ mod job;
 mod metrics_http;
 mod owner;
 mod plan;
+mod restart;
 mod task;
 
 pub use cluster::{ClusterConfig, ClusterRole, Joined, join};
-pub use config::{CheckpointConfig, JobConfig, RestartStrategy};
+pub use config::{CheckpointConfig, JobConfig};
 pub use job::{JobHandle, JobResult, SAVEPOINT_REQUEST_FILE, TaskStats, execute, start};
+pub use restart::{ExponentialDelay, FailureRate, FixedDelay, RestartStrategy};

@@ -25,8 +25,8 @@ pub use weir_core::{
     state, time, timer, watermark, window,
 };
 pub use weir_runtime::{
-    CheckpointConfig, JobConfig, JobHandle, JobResult, RestartStrategy, SAVEPOINT_REQUEST_FILE,
-    TaskStats,
+    CheckpointConfig, ExponentialDelay, FailureRate, FixedDelay, JobConfig, JobHandle, JobResult,
+    RestartStrategy, SAVEPOINT_REQUEST_FILE, TaskStats,
 };
 pub use weir_state::BackendKind;
 

@@ -3,8 +3,11 @@
 //! `weir cluster` requests. The job's attempt loop and checkpoint coordination are the
 //! single-process ones ([`crate::job::run_with`]); this is their [`Executor`].
 
+mod admin;
+
 use super::ClusterConfig;
-use super::wire::{self, AdminRequest, Body, Deploy, Wire, WireEvent};
+use super::staging::Staging;
+use super::wire::{self, Body, Deploy, Wire, WireEvent};
 use crate::job::{Commands, Executor, Launched, Running};
 use crate::task::{JobShared, TaskCommand, TaskEvent};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -57,7 +60,8 @@ struct Shared {
     job: Arc<JobShared>,
     heartbeat: Duration,
     timeout: Duration,
-    staging: PathBuf,
+    /// Checkpoint files received from workers (see `staging`).
+    staging: Arc<Staging>,
     state: Mutex<State>,
     /// Woken when a worker joins or is lost.
     changed: crossbeam_channel::Sender<()>,
@@ -92,8 +96,8 @@ pub(crate) fn run(
     eprintln!(
         "[weir] job '{name}': coordinator listening on {address}, waiting for {workers} worker(s)"
     );
-    let staging = staging_dir();
-    std::fs::create_dir_all(&staging).map_err(|e| Error::io(staging.display(), e))?;
+    let staging_root = staging_dir();
+    let staging = Arc::new(Staging::new(staging_root.clone(), name)?);
     let (changed, changed_rx) = crossbeam_channel::unbounded();
     let labels = [("job", name)];
     let shared = Arc::new(Shared {
@@ -152,7 +156,7 @@ pub(crate) fn run(
         let _ = executor.changed.recv_timeout(Duration::from_millis(50));
     }
     rt.shutdown_timeout(Duration::from_secs(1));
-    let _ = std::fs::remove_dir_all(&staging);
+    let _ = std::fs::remove_dir_all(&staging_root);
     result
 }
 
@@ -274,6 +278,7 @@ impl Executor for ClusterExecutor {
                 worker_of.push(worker);
                 tasks.push((h as u32, s as u32, worker));
                 let out = st.workers[&worker].out.clone();
+                let staging = self.shared.staging.clone();
                 running.push(Running {
                     name: node.name.clone(),
                     subtask: s,
@@ -282,6 +287,12 @@ impl Executor for ClusterExecutor {
                     key: TaskKey::new(h, s),
                     progress: Arc::new(AtomicU64::new(0)),
                     commands: Commands::Remote(Box::new(move |command: TaskCommand| {
+                        // The staging area follows the checkpoints' ends as the workers do.
+                        match command {
+                            TaskCommand::Complete(id) => staging.completed(id.0),
+                            TaskCommand::Abort(id) => staging.aborted(id.0),
+                            _ => {}
+                        }
                         let _ = out.send(wire::encode(&Wire::Command {
                             attempt,
                             head: h as u32,
@@ -293,6 +304,8 @@ impl Executor for ClusterExecutor {
             }
         }
         let used: HashSet<u32> = worker_of.iter().copied().collect();
+        // The workers of the new attempt send every checkpoint file again.
+        self.shared.staging.begin_attempt(attempt);
         let deploy = Deploy {
             attempt,
             restore: restore.map(|(_, p)| p.clone()),
@@ -386,7 +399,7 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
     };
     match wire::decode(&first) {
         Ok(Body::Admin(req)) => {
-            let reply = admin(&shared, req);
+            let reply = admin::answer(&shared, req);
             let _ = wire::write_frame(&mut w, &wire::encode_json(&reply)).await;
             return;
         }
@@ -513,29 +526,36 @@ fn on_message(shared: &Shared, id: u32, tx: &UnboundedSender<Vec<u8>>, msg: Wire
             subtask,
             event,
         } => {
-            // Staging the checkpoint files happens outside the lock.
             let event = match event {
                 WireEvent::Ack {
                     id: ck,
-                    mut snapshot,
+                    snapshot,
                     files,
+                    failed,
                     alignment_us,
                     sync_us,
                 } => {
-                    let staged = tokio::task::block_in_place(|| {
-                        stage_files(&shared.staging, &mut snapshot, files)
-                    });
-                    if let Err(e) = staged {
-                        tracing::warn!(error = %e, "staging checkpoint files failed");
-                        // The checkpoint cannot complete without its files: the task's
-                        // acknowledgement is dropped and the checkpoint times out or is
-                        // subsumed; the job goes on.
+                    if !is_current(shared, id, attempt, head, subtask) {
+                        // A zombie's acknowledgement: nothing of it is staged.
+                        shared.stale_messages.inc();
                         return;
                     }
+                    let snapshot = stage(
+                        shared,
+                        tx,
+                        id,
+                        attempt,
+                        (head, subtask),
+                        ck,
+                        snapshot,
+                        files,
+                        failed,
+                    );
                     WireEvent::Ack {
                         id: ck,
                         snapshot,
                         files: Vec::new(),
+                        failed: None,
                         alignment_us,
                         sync_us,
                     }
@@ -598,36 +618,65 @@ fn route_event(shared: &Shared, worker: u32, attempt: u64, head: u32, subtask: u
     }
 }
 
-/// Writes received checkpoint files to the staging directory (`<name>/<file name>`, so the
-/// file keeps its own name for restore) and points the snapshot at them.
-fn stage_files(
-    staging: &std::path::Path,
-    snapshot: &mut BTreeMap<String, weir_core::checkpoint::OperatorSnapshot>,
+/// True when `worker` runs subtask `subtask` of `head` in the current attempt `attempt`.
+fn is_current(shared: &Shared, worker: u32, attempt: u64, head: u32, subtask: u32) -> bool {
+    let st = shared.state();
+    st.route.as_ref().is_some_and(|r| {
+        r.attempt == attempt
+            && r.index
+                .get(&(head as usize, subtask as usize))
+                .is_some_and(|&t| r.worker_of[t] == worker)
+    })
+}
+
+/// Stages an acknowledgement's files (outside the state lock). When that fails, or the
+/// worker could not produce them (`failed`), the acknowledgement is still passed on, with
+/// the failure as the outcome of its asynchronous part: writing the checkpoint then fails
+/// at once, so that checkpoint is aborted and the next one starts on time. The worker is
+/// told to send the task's files again with its next acknowledgement.
+#[allow(clippy::too_many_arguments)]
+fn stage(
+    shared: &Shared,
+    tx: &UnboundedSender<Vec<u8>>,
+    worker: u32,
+    attempt: u64,
+    task: (u32, u32),
+    checkpoint: u64,
+    mut snapshot: BTreeMap<String, weir_core::checkpoint::OperatorSnapshot>,
     files: Vec<(String, Vec<u8>)>,
-) -> Result<()> {
-    let mut data: HashMap<String, Vec<u8>> = files.into_iter().collect();
-    for snap in snapshot.values_mut() {
-        for f in &mut snap.files {
-            let file_name = f
-                .path
-                .file_name()
-                .map(|n| n.to_os_string())
-                .ok_or_else(|| Error::Config(format!("bad checkpoint file {}", f.name)))?;
-            let dir = staging.join(&f.name);
-            let target = dir.join(file_name);
-            if let Some(bytes) = data.remove(&f.name) {
-                std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
-                std::fs::write(&target, bytes).map_err(|e| Error::io(target.display(), e))?;
-            } else if !target.exists() {
-                return Err(Error::Config(format!(
-                    "a worker referenced checkpoint file {} without sending it",
-                    f.name
-                )));
-            }
-            f.path = target;
+    failed: Option<String>,
+) -> BTreeMap<String, weir_core::checkpoint::OperatorSnapshot> {
+    let outcome = match failed {
+        Some(reason) => Err(format!("the worker could not read them: {reason}")),
+        None => tokio::task::block_in_place(|| {
+            shared
+                .staging
+                .stage(attempt, task, checkpoint, &mut snapshot, files)
+        })
+        .map_err(|e| e.to_string()),
+    };
+    if let Err(reason) = outcome {
+        let (head, subtask) = task;
+        let message = format!(
+            "staging the checkpoint {checkpoint} files of node {head} subtask {subtask} from worker {worker} failed: {reason}"
+        );
+        eprintln!(
+            "[weir] job '{}': {message}; checkpoint {checkpoint} fails, and the worker sends the files again with the next one",
+            shared.name
+        );
+        let _ = tx.send(wire::encode(&Wire::Resend {
+            attempt,
+            head,
+            subtask,
+        }));
+        let error = weir_core::checkpoint::DeferredFiles::default();
+        error.set(Err(Error::User(message)));
+        for snap in snapshot.values_mut() {
+            snap.files.clear();
+            snap.deferred.push(error.clone());
         }
     }
-    Ok(())
+    snapshot
 }
 
 /// Worker `id` is gone: its running tasks fail, which cancels and restarts the attempt.
@@ -660,62 +709,4 @@ fn lost(shared: &Shared, id: u32, reason: &str) {
     }
     drop(st);
     let _ = shared.changed.send(());
-}
-
-/// Answers a `weir cluster` request.
-fn admin(shared: &Shared, req: AdminRequest) -> serde_json::Value {
-    match req {
-        AdminRequest::Status => {
-            let st = shared.state();
-            let tasks_of = |id: u32| {
-                st.route
-                    .as_ref()
-                    .map_or(0, |r| r.worker_of.iter().filter(|w| **w == id).count())
-            };
-            let workers: Vec<serde_json::Value> = st
-                .workers
-                .iter()
-                .map(|(id, w)| {
-                    serde_json::json!({
-                        "id": id,
-                        "address": w.peer.to_string(),
-                        "data_address": w.data,
-                        "slots": w.slots,
-                        "tasks": tasks_of(*id),
-                    })
-                })
-                .collect();
-            let last = shared.job.cfg.checkpoint.as_ref().and_then(|c| {
-                let storage = CheckpointStorage::open(&c.dir).ok()?;
-                let latest = storage.latest_complete().ok()?.checkpoint?;
-                Some(serde_json::json!({
-                    "id": latest.manifest.checkpoint_id.0,
-                    "kind": latest.manifest.kind.to_string(),
-                    "path": latest.path.display().to_string(),
-                }))
-            });
-            serde_json::json!({
-                "job": shared.name,
-                "state": st.phase,
-                "attempt": st.route.as_ref().map(|r| r.attempt),
-                "workers": workers,
-                "slots": st.workers.values().map(|w| w.slots).sum::<u32>(),
-                "last_checkpoint": last,
-            })
-        }
-        AdminRequest::Cancel => {
-            shared.job.cancel.store(true, Ordering::SeqCst);
-            serde_json::json!({"ok": true, "message": format!("cancelling job '{}'", shared.name)})
-        }
-        AdminRequest::Savepoint { stop } => {
-            if shared.job.cfg.checkpoint.is_none() {
-                return serde_json::json!({"ok": false, "message": "the job runs without checkpoints; savepoints need a checkpoint directory"});
-            }
-            shared
-                .job
-                .savepoint_request
-                .fetch_max(if stop { 2 } else { 1 }, Ordering::SeqCst);
-            serde_json::json!({"ok": true, "message": if stop { "taking a savepoint, then stopping" } else { "taking a savepoint" }})
-        }
-    }
 }

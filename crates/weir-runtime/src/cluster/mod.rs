@@ -19,6 +19,8 @@
 
 mod coordinator;
 mod data;
+mod sent;
+mod staging;
 pub(crate) mod wire;
 mod worker;
 

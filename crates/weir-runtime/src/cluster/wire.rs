@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use weir_core::checkpoint::OperatorSnapshot;
 
 /// Version of the protocol; a worker of another version is refused.
-pub(crate) const PROTOCOL: u32 = 1;
+pub(crate) const PROTOCOL: u32 = 2;
 
 /// Largest frame accepted (a checkpoint acknowledgement carries the state files).
 pub(crate) const MAX_FRAME: usize = 1 << 30;
@@ -104,6 +104,13 @@ pub(crate) enum Wire {
     },
     /// Stop the tasks of `attempt`.
     Cancel { attempt: u64 },
+    /// Staging the files of this task's last acknowledgement failed: send every file of
+    /// its next one, also those of the latest completed checkpoint.
+    Resend {
+        attempt: u64,
+        head: u32,
+        subtask: u32,
+    },
     /// The job is over (failed when `error` is set): exit.
     JobEnded { error: Option<String> },
 
@@ -132,9 +139,11 @@ pub(crate) enum WireEvent {
     Ack {
         id: u64,
         snapshot: BTreeMap<String, OperatorSnapshot>,
-        /// Contents of the snapshot's local files, by name (shared files already sent
-        /// during this attempt are left out).
+        /// Contents of the snapshot's local files, by name (the shared files of the task's
+        /// acknowledgement of the latest completed checkpoint are left out).
         files: Vec<(String, Vec<u8>)>,
+        /// The worker could not produce the files (why); the checkpoint must fail.
+        failed: Option<String>,
         alignment_us: u64,
         sync_us: u64,
     },

@@ -3,6 +3,7 @@
 
 use super::data::{DataPlane, RemoteLink};
 use super::mono_us;
+use super::sent::{SentFiles, ack_files};
 use super::wire::{self, Body, Deploy, Wire, WireError, WireEvent};
 use crate::job::{Commands, Subset};
 use crate::task::{JobShared, StartGate, TaskCommand, TaskEvent};
@@ -181,6 +182,8 @@ struct WorkerAttempt {
     commands: HashMap<(usize, usize), Sender<TaskCommand>>,
     threads: Vec<std::thread::JoinHandle<()>>,
     restore_dir: Option<PathBuf>,
+    /// Which checkpoint files the coordinator holds for each task.
+    sent: Arc<Mutex<SentFiles>>,
 }
 
 impl WorkerAttempt {
@@ -192,7 +195,12 @@ impl WorkerAttempt {
             commands: HashMap::new(),
             threads: Vec::new(),
             restore_dir: None,
+            sent: Arc::default(),
         }
+    }
+
+    fn sent(&self) -> std::sync::MutexGuard<'_, SentFiles> {
+        self.sent.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn stop(self) {
@@ -353,10 +361,25 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
                     subtask,
                     command,
                 })) => {
+                    let task = (head as usize, subtask as usize);
                     if let Some(a) = current.as_ref().filter(|a| a.attempt == attempt)
-                        && let Some(c) = a.commands.get(&(head as usize, subtask as usize))
+                        && let Some(c) = a.commands.get(&task)
                     {
+                        match command {
+                            TaskCommand::Complete(id) => a.sent().completed(task, id.0),
+                            TaskCommand::Abort(id) => a.sent().aborted(task, id.0),
+                            _ => {}
+                        }
                         let _ = c.send(command);
+                    }
+                }
+                Ok(Some(Wire::Resend {
+                    attempt,
+                    head,
+                    subtask,
+                })) => {
+                    if let Some(a) = current.as_ref().filter(|a| a.attempt == attempt) {
+                        a.sent().resend((head as usize, subtask as usize));
                     }
                 }
                 Ok(Some(Wire::Cancel { attempt })) => {
@@ -577,10 +600,11 @@ fn start_attempt(
     let events = launched.events;
     let out = out.clone();
     let stats = stats.clone();
+    let sent: Arc<Mutex<SentFiles>> = Arc::default();
+    let sent_files = sent.clone();
     let forwarder = std::thread::Builder::new()
         .name("weir-worker-events".into())
         .spawn(move || {
-            let mut sent_shared: HashSet<String> = HashSet::new();
             for ev in events {
                 match ev {
                     TaskEvent::Ack {
@@ -591,37 +615,7 @@ fn start_attempt(
                         sync,
                     } => {
                         let ((h, s), _, _) = &keys[task];
-                        let mut files = Vec::new();
-                        let mut ok = true;
-                        // The backend's asynchronous part may still be writing its files.
-                        for snap in snapshot.values_mut() {
-                            if let Err(e) = snap.resolve_files() {
-                                tracing::warn!(error = %e, "a state backend snapshot failed");
-                                ok = false;
-                            }
-                        }
-                        for f in snapshot.values().flat_map(|s| &s.files) {
-                            if f.shared && sent_shared.contains(&f.name) {
-                                continue;
-                            }
-                            match std::fs::read(&f.path) {
-                                Ok(b) => files.push((f.name.clone(), b)),
-                                Err(e) => {
-                                    tracing::warn!(file = %f.path.display(), error = %e, "reading a checkpoint file failed");
-                                    ok = false;
-                                }
-                            }
-                        }
-                        if !ok {
-                            // Without its files the checkpoint cannot complete; it times
-                            // out or a later one subsumes it.
-                            continue;
-                        }
-                        for f in snapshot.values().flat_map(|s| &s.files) {
-                            if f.shared {
-                                sent_shared.insert(f.name.clone());
-                            }
-                        }
+                        let (files, failed) = ack_files(&mut snapshot, &sent_files, (*h, *s), id.0);
                         send_event(
                             &out,
                             attempt,
@@ -631,6 +625,7 @@ fn start_attempt(
                                 id: id.0,
                                 snapshot,
                                 files,
+                                failed,
                                 alignment_us: alignment.as_micros() as u64,
                                 sync_us: sync.as_micros() as u64,
                             },
@@ -675,6 +670,7 @@ fn start_attempt(
         commands,
         threads,
         restore_dir,
+        sent,
     }
 }
 
