@@ -28,6 +28,9 @@ pub enum KafkaError {
     Deserialize(String),
     /// Restoring the sink's transactions failed; nothing was written.
     Recovery(String),
+    /// A restore was refused because resuming would lose or duplicate output (or its state
+    /// is unreadable); a restart would refuse the same way, so the job is not restarted.
+    RecoveryRefused(String),
     /// The sink's transaction bookkeeping refused a step (for example, every producer of
     /// the pool holds an epoch waiting for its checkpoint).
     Transaction(String),
@@ -49,7 +52,9 @@ impl fmt::Display for KafkaError {
             ),
             KafkaError::Broker(m) => write!(f, "Kafka: {m}"),
             KafkaError::Deserialize(m) => write!(f, "{m}"),
-            KafkaError::Recovery(m) => write!(f, "Kafka sink recovery: {m}"),
+            KafkaError::Recovery(m) | KafkaError::RecoveryRefused(m) => {
+                write!(f, "Kafka sink recovery: {m}")
+            }
             KafkaError::Transaction(m) => write!(f, "Kafka sink transactions: {m}"),
         }
     }
@@ -60,9 +65,9 @@ impl std::error::Error for KafkaError {}
 impl From<KafkaError> for weir_core::Error {
     fn from(e: KafkaError) -> Self {
         match e {
-            KafkaError::Config(_) | KafkaError::MissingTopic { .. } => {
-                weir_core::Error::Config(e.to_string())
-            }
+            KafkaError::Config(_)
+            | KafkaError::MissingTopic { .. }
+            | KafkaError::RecoveryRefused(_) => weir_core::Error::Config(e.to_string()),
             KafkaError::Deserialize(_) => weir_core::Error::Malformed(e.to_string()),
             other => weir_core::Error::User(other.to_string()),
         }

@@ -493,7 +493,7 @@ impl<T: 'static> SourceFunction<T> for KafkaSourceFunction<T> {
         for s in states.iter().filter(|s| !s.is_empty()) {
             let (snap, _): (SourceSnapshot, usize) =
                 bincode::serde::decode_from_slice(s, bincode::config::standard()).map_err(|e| {
-                    KafkaError::Recovery(format!(
+                    KafkaError::RecoveryRefused(format!(
                         "the Kafka source's checkpoint state is unreadable: {e}"
                     ))
                 })?;

@@ -147,7 +147,7 @@ impl<T: 'static> KafkaSinkFunction<T> {
         }
         let decision = restore
             .decide(&scanned, self.cfg.accept_newer)
-            .map_err(|e| KafkaError::Recovery(e.to_string()))?;
+            .map_err(|e| KafkaError::RecoveryRefused(e.to_string()))?;
         for n in &decision.accepted_newer {
             eprintln!(
                 "[weir] kafka sink '{}': subtask {} already committed output of checkpoint {} \
@@ -339,7 +339,7 @@ impl<T: 'static> KafkaSinkFunction<T> {
             let markers = why.map_or(String::new(), |w| {
                 format!("the commit markers cannot tell ({w}), and ")
             });
-            KafkaError::Recovery(format!(
+            KafkaError::RecoveryRefused(format!(
                 "checkpoint {} of subtask {writer} pre-committed {} records to {topic} that were \
                  not committed; {markers}{detail}. Refusing to resume with a gap in the output; \
                  raise the topic's retention.ms",
