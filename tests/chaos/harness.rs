@@ -212,3 +212,19 @@ pub fn latest_checkpoint(dir: &Path) -> Option<u64> {
         })
         .max()
 }
+
+/// The checkpoint id of the newest committed output file (`part-<w>-<id>`) in `output`.
+pub fn newest_committed_output(output: &Path) -> Option<u64> {
+    std::fs::read_dir(output)
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix("part-")?
+                .split_once('-')?
+                .1
+                .parse::<u64>()
+                .ok()
+        })
+        .max()
+}

@@ -153,18 +153,34 @@ fn a_changed_byte_in_metadata_is_reported_and_skipped() {
     s.check();
     // Change one digit of the newest checkpoint's creation time: still valid JSON, still
     // consistent with every state file; only the manifest's own checksum tells.
+    // Every checkpoint from the one that committed the newest output on is damaged (the
+    // final checkpoint may have committed nothing), so the restore falls back past it.
     let newest = latest_checkpoint(&s.checkpoints).expect("a checkpoint");
-    let dir = s.checkpoints.join(format!("chk-{newest:020}"));
-    let meta = dir.join("_metadata");
-    let mut bytes = std::fs::read(&meta).expect("read _metadata");
-    let field = b"\"created_unix_ms\": ";
-    let at = bytes
-        .windows(field.len())
-        .position(|w| w == field)
-        .expect("created_unix_ms in _metadata")
-        + field.len();
-    bytes[at + 3] ^= 0x01; // a digit stays a digit
-    std::fs::write(&meta, bytes).expect("damage _metadata");
+    let newest_output =
+        crate::harness::newest_committed_output(&s.output).expect("committed output");
+    let mut damaged = Vec::new();
+    for id in (newest_output..=newest).rev() {
+        let meta = s
+            .checkpoints
+            .join(format!("chk-{id:020}"))
+            .join("_metadata");
+        let Ok(mut bytes) = std::fs::read(&meta) else {
+            continue;
+        };
+        let field = b"\"created_unix_ms\": ";
+        let at = bytes
+            .windows(field.len())
+            .position(|w| w == field)
+            .expect("created_unix_ms in _metadata")
+            + field.len();
+        bytes[at + 3] ^= 0x01; // a digit stays a digit
+        std::fs::write(&meta, bytes).expect("damage _metadata");
+        damaged.push(meta);
+    }
+    let meta = damaged
+        .first()
+        .expect("the checkpoint of the newest output is retained")
+        .clone();
 
     let out = s.command(1, None, 20).output().expect("rerun file_sum");
     let err = String::from_utf8_lossy(&out.stderr);
