@@ -228,3 +228,23 @@ pub fn newest_committed_output(output: &Path) -> Option<u64> {
         })
         .max()
 }
+
+impl Scenario {
+    /// After a run to the end: damages, with `damage`, every retained checkpoint from the
+    /// one that committed the newest output on (the final checkpoint may have committed
+    /// nothing, if the last records went out just before it), so that a restore falls back
+    /// past output already committed. `damage` gets a checkpoint directory and returns the
+    /// file it changed; the newest such file is returned.
+    pub fn damage_from_newest_output(&self, mut damage: impl FnMut(&Path) -> PathBuf) -> PathBuf {
+        let newest = latest_checkpoint(&self.checkpoints).expect("a checkpoint");
+        let from = newest_committed_output(&self.output).expect("committed output");
+        let mut newest_damaged = None;
+        for id in (from..=newest).rev() {
+            let dir = self.checkpoints.join(format!("chk-{id:020}"));
+            if dir.join("_metadata").exists() {
+                newest_damaged.get_or_insert(damage(&dir));
+            }
+        }
+        newest_damaged.expect("the checkpoint of the newest output is retained")
+    }
+}

@@ -2,8 +2,8 @@
 //! savepoint.
 
 use crate::harness::{
-    Rng, Scenario, has_complete_checkpoint, latest_checkpoint, newest_committed_output,
-    soak_factor, stderr_of, wait_for, wait_within,
+    Rng, Scenario, has_complete_checkpoint, latest_checkpoint, soak_factor, stderr_of, wait_for,
+    wait_within,
 };
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
@@ -165,18 +165,11 @@ fn a_corrupt_checkpoint_is_reported_and_skipped() {
         String::from_utf8_lossy(&out.stderr)
     );
     s.check();
-    // Damage every checkpoint from the one that committed the newest output on (the final
-    // checkpoint may have committed nothing, if the last records went out just before it),
-    // and start again: the restore falls back past output already committed.
-    let newest = latest_checkpoint(&s.checkpoints).expect("a checkpoint");
-    let newest_output = newest_committed_output(&s.output).expect("committed output");
-    let mut state = None;
-    for id in (newest_output..=newest).rev() {
-        let dir = s.checkpoints.join(format!("chk-{id:020}"));
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        let file = entries
+    // Damage a state file of every checkpoint from the one that committed the newest
+    // output on, and start again: the restore falls back past output already committed.
+    let state = s.damage_from_newest_output(|dir| {
+        let file = std::fs::read_dir(dir)
+            .expect("checkpoint dir")
             .flatten()
             .map(|e| e.path())
             .find(|p| p.extension().is_some_and(|x| x == "state"))
@@ -184,9 +177,8 @@ fn a_corrupt_checkpoint_is_reported_and_skipped() {
         let mut bytes = std::fs::read(&file).expect("read state file");
         bytes[0] ^= 0xFF;
         std::fs::write(&file, bytes).expect("corrupt state file");
-        state.get_or_insert(file);
-    }
-    let state = state.expect("the checkpoint of the newest output is retained");
+        file
+    });
     let out = s.command(1, None, 20).output().expect("rerun file_sum");
     let err = String::from_utf8_lossy(&out.stderr);
     let name = state

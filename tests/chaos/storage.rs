@@ -153,20 +153,11 @@ fn a_changed_byte_in_metadata_is_reported_and_skipped() {
     s.check();
     // Change one digit of the newest checkpoint's creation time: still valid JSON, still
     // consistent with every state file; only the manifest's own checksum tells.
-    // Every checkpoint from the one that committed the newest output on is damaged (the
-    // final checkpoint may have committed nothing), so the restore falls back past it.
-    let newest = latest_checkpoint(&s.checkpoints).expect("a checkpoint");
-    let newest_output =
-        crate::harness::newest_committed_output(&s.output).expect("committed output");
-    let mut damaged = Vec::new();
-    for id in (newest_output..=newest).rev() {
-        let meta = s
-            .checkpoints
-            .join(format!("chk-{id:020}"))
-            .join("_metadata");
-        let Ok(mut bytes) = std::fs::read(&meta) else {
-            continue;
-        };
+    // Done to every checkpoint from the one that committed the newest output on, so the
+    // restore falls back past output already committed.
+    let meta = s.damage_from_newest_output(|dir| {
+        let meta = dir.join("_metadata");
+        let mut bytes = std::fs::read(&meta).expect("read _metadata");
         let field = b"\"created_unix_ms\": ";
         let at = bytes
             .windows(field.len())
@@ -175,13 +166,8 @@ fn a_changed_byte_in_metadata_is_reported_and_skipped() {
             + field.len();
         bytes[at + 3] ^= 0x01; // a digit stays a digit
         std::fs::write(&meta, bytes).expect("damage _metadata");
-        damaged.push(meta);
-    }
-    let meta = damaged
-        .first()
-        .expect("the checkpoint of the newest output is retained")
-        .clone();
-
+        meta
+    });
     let out = s.command(1, None, 20).output().expect("rerun file_sum");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
