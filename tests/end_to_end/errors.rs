@@ -29,6 +29,12 @@ fn try_map_error_fails_the_job_with_the_operator_name_and_cause() {
         e.to_string(),
         "operator 'validate' (subtask 1/1) failed: record 42 is invalid"
     );
+    // `fn main() -> weir::Result<()>` prints "Error: " and the error's Debug form: the same
+    // message, not the enum's structure.
+    assert_eq!(
+        format!("Error: {e:?}"),
+        "Error: operator 'validate' (subtask 1/1) failed: record 42 is invalid"
+    );
     match e {
         Error::Operator { location, cause } => {
             assert_eq!(location.operator, "validate");

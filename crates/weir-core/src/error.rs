@@ -32,7 +32,22 @@ impl fmt::Display for Location {
 }
 
 /// Everything that can go wrong in weir.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` prints the same message as `Display`, so `main` returning [`Result`] shows a
+/// user the actionable message rather than the variant's structure:
+///
+/// ```
+/// use weir_core::error::{Error, Location};
+/// let e = Error::Config("unknown topic 'payments'".into()).at(|| Location {
+///     operator: "kafka-source".into(),
+///     subtask: 0,
+///     parallelism: 2,
+/// });
+/// let shown = "operator 'kafka-source' (subtask 1/2) failed: invalid configuration: unknown topic 'payments'";
+/// assert_eq!(e.to_string(), shown);
+/// assert_eq!(format!("{e:?}"), shown); // what `fn main() -> weir::Result<()>` prints after "Error: "
+/// ```
+#[derive(thiserror::Error)]
 pub enum Error {
     /// A user function returned an error or panicked inside an operator.
     #[error("{location} failed: {cause}")]
@@ -84,6 +99,15 @@ pub enum Error {
         /// A consequence of another failure or of cancellation.
         secondary: bool,
     },
+}
+
+impl fmt::Debug for Error {
+    /// The same message as `Display`: `fn main() -> weir::Result<()>` prints an error with
+    /// `Debug`, and a user needs the message, not the enum's structure. Match on the
+    /// variants to inspect an error in code.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
 }
 
 impl Error {
