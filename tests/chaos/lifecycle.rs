@@ -478,3 +478,43 @@ fn corrupt_checkpoints_never_start_the_job_over_silently() {
     );
     s.check();
 }
+
+/// A bounded job that ran to its end and is started again, as an operator might by
+/// mistake: the run says the job had already finished (not "resuming from final"), exits
+/// 0, and writes nothing more.
+#[test]
+fn a_finished_job_started_again_says_it_had_finished() {
+    let s = Scenario::new(300, 4, 77);
+    s.run_to_end(2);
+    s.check();
+    let files = |dir: &Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("output dir")
+            .map(|e| {
+                e.expect("dir entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        names.sort();
+        names
+    };
+    let before = files(&s.output);
+    let out = s.command(2, None, 100).output().expect("start file_sum");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the second start failed: {stderr}");
+    assert!(
+        stderr.contains(
+            "[weir] job 'file_sum' had already finished: resuming after its end (final checkpoint"
+        ),
+        "the second start does not say the job had finished:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("To process the input again, give the job a new checkpoint directory."),
+        "{stderr}"
+    );
+    assert_eq!(files(&s.output), before, "the second start wrote output");
+    s.check();
+}

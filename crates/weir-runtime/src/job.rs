@@ -452,12 +452,7 @@ pub(crate) fn run_with(
                         manifest.job
                     )));
                 }
-                eprintln!(
-                    "[weir] job '{name}': resuming from {} {} ({})",
-                    manifest.kind,
-                    manifest.checkpoint_id,
-                    path.display()
-                );
+                eprintln!("{}", resume_line(&name, &manifest, &path));
                 tracing::info!(checkpoint = %manifest.checkpoint_id, path = %path.display(), "restoring");
                 restore = Some((manifest, path));
             }
@@ -1178,4 +1173,23 @@ fn task_specs(
         s.index = i;
     }
     Ok(out)
+}
+
+/// The line a run prints when it resumes: which checkpoint or savepoint, and, for the final
+/// checkpoint of a bounded job, that the job had already finished.
+fn resume_line(name: &str, manifest: &weir_checkpoint::Manifest, path: &std::path::Path) -> String {
+    if manifest.kind == weir_checkpoint::CheckpointKind::Final {
+        format!(
+            "[weir] job '{name}' had already finished: resuming after its end (final checkpoint {}, {}); sources that had reached their end read nothing more. To process the input again, give the job a new checkpoint directory.",
+            manifest.checkpoint_id,
+            path.display()
+        )
+    } else {
+        format!(
+            "[weir] job '{name}': resuming from {} {} ({})",
+            manifest.kind,
+            manifest.checkpoint_id,
+            path.display()
+        )
+    }
 }
