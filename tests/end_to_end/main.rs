@@ -9,6 +9,7 @@ mod checkpoint_stats;
 mod cluster;
 mod connect;
 mod dedup;
+mod docs;
 mod errors;
 mod joins;
 mod metrics_endpoint;
