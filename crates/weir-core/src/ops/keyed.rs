@@ -7,6 +7,7 @@ use crate::checkpoint::KeyGroupBlobs;
 use crate::data::{Data, Key};
 use crate::dsl::OutputTag;
 use crate::error::Result;
+use crate::metrics;
 use crate::output::{Collector, Control, Output};
 use crate::state::{
     KeyContext, StateContext, StateTableInfo, ValueState, decode_key_groups, encode_by_key_group,
@@ -325,6 +326,42 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> KeyedProcess<K, I, O,
             }
         }
     }
+
+    /// End of input: processing-time timers due by the wall clock fire, as they would at
+    /// the next tick; the others are dropped (firing them early would emit results that
+    /// depend on when the input happened to end), with a log line and a count in
+    /// `processing_timers_dropped_total`.
+    fn end_of_input(&mut self) -> Result<()> {
+        self.now = self.now.max(crate::state::now_ms());
+        self.fire(TimeDomain::ProcessingTime, self.now)?;
+        let (dropped, earliest) = {
+            let mut t = self.timers.borrow_mut();
+            let pending = (t.processing.len(), t.processing.next_time());
+            t.processing = TimerQueue::default();
+            pending
+        };
+        let subtask = self.info.subtask.to_string();
+        let labels = [
+            ("operator", &*self.info.name),
+            ("subtask", subtask.as_str()),
+        ];
+        metrics::counter(
+            "processing_timers_dropped_total",
+            "Processing-time timers still pending at the end of input, dropped without firing.",
+            &labels,
+        )
+        .add(dropped as u64);
+        if let Some(earliest) = earliest {
+            tracing::info!(
+                operator = %self.info.name,
+                subtask = self.info.subtask,
+                dropped,
+                earliest,
+                "end of input: pending processing-time timers are dropped, not fired"
+            );
+        }
+        Ok(())
+    }
 }
 
 impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> Output<I> for KeyedProcess<K, I, O, P> {
@@ -375,7 +412,8 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> Output<I> for KeyedPr
                 self.now = now;
                 self.fire(TimeDomain::ProcessingTime, now)?;
             }
-            Control::Idle(_) | Control::Barrier(_) | Control::End => {}
+            Control::End => self.end_of_input()?,
+            Control::Idle(_) | Control::Barrier(_) => {}
         }
         self.side.control(event)?;
         self.out.control(event)
@@ -643,5 +681,38 @@ mod tests {
         );
         assert!(err.is_deterministic(), "a restart would fail the same way");
         assert!(log.0.borrow().is_empty());
+    }
+
+    #[test]
+    fn at_end_of_input_due_processing_timers_fire_and_the_others_are_dropped_and_counted() {
+        let name = "processing-timers-at-end";
+        let log = Log::default();
+        let mut op = operator(name, &log);
+        op.record(key("due", 1), 1).unwrap();
+        for k in ["x", "y", "z"] {
+            op.record(key(k, 2), 2).unwrap();
+        }
+        op.record(key("x", 3), 3).unwrap(); // another timer of x
+        op.control(Control::End).unwrap();
+        assert_eq!(
+            *log.0.borrow(),
+            vec![
+                "main:1@1",
+                "main:2@2",
+                "main:2@2",
+                "main:2@2",
+                "main:3@3",
+                // The due timer fires at the end (its output has no timestamp).
+                &format!("side:1000@{NO_TIMESTAMP}"),
+                "side:End",
+                "main:End",
+            ]
+        );
+        let labels = [("operator", name), ("subtask", "0")];
+        assert_eq!(
+            metrics::value("processing_timers_dropped_total", &labels),
+            Some(4.0)
+        );
+        assert_eq!(op.timers.borrow().processing.len(), 0);
     }
 }
