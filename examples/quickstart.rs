@@ -100,27 +100,28 @@ impl SourceFunction<PageView> for PageViews {
 }
 
 /// Running totals per page: after each view, emits (page, views so far, bytes so far).
-#[derive(Default)]
 struct RunningTotals {
-    totals: Option<ValueState<(u64, u64)>>,
+    totals: ValueState<(u64, u64)>,
+}
+
+impl RunningTotals {
+    fn new(state: &mut StateContext<String>) -> weir::Result<Self> {
+        Ok(RunningTotals {
+            totals: state.value_state("totals")?,
+        })
+    }
 }
 
 impl KeyedProcessFunction<String, PageView, (String, u64, u64)> for RunningTotals {
-    fn open(&mut self, state: &mut StateContext<String>) -> weir::Result<()> {
-        self.totals = Some(state.value_state("totals")?);
-        Ok(())
-    }
-
     fn process(
         &mut self,
         view: PageView,
         ctx: &mut KeyedContext<'_, String, (String, u64, u64)>,
     ) -> weir::Result<()> {
-        let totals = self.totals.as_mut().expect("created in open");
-        let (views, bytes) = totals.get()?.unwrap_or((0, 0));
-        let next = (views + 1, bytes + view.bytes);
-        totals.set(next)?;
-        ctx.emit((view.page, next.0, next.1));
+        let (views, bytes) = self
+            .totals
+            .update(|t| t.map_or((1, view.bytes), |(v, b)| (v + 1, b + view.bytes)))?;
+        ctx.emit((view.page, views, bytes));
         Ok(())
     }
 }
@@ -148,7 +149,7 @@ fn main() -> anyhow::Result<()> {
     // A running total per page in keyed state, updated on every view.
     let running = views
         .key_by(|v: &PageView| v.page.clone())
-        .process(RunningTotals::default)
+        .process_with_state(RunningTotals::new)
         .collect();
 
     let job = env.execute("quickstart")?;

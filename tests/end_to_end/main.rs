@@ -15,6 +15,7 @@ mod joins;
 mod metrics_endpoint;
 mod operators;
 mod parallelism;
+mod process_functions;
 mod sources_sinks;
 mod state_kinds;
 mod timers;

@@ -1,12 +1,14 @@
 //! Timers of keyed process functions: event-time timers fire in time order once the
 //! watermark passes them (and at end of input), deleted timers never fire, a timer
-//! registered twice fires once; processing-time timers fire on the wall clock.
+//! registered twice fires once; processing-time timers fire on the wall clock, and at
+//! end of input those not yet due are dropped and counted.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use weir::metrics;
 use weir::prelude::*;
-use weir_tests::{Stamped, event_time, run};
+use weir_tests::{Stamped, event_time, run, unique};
 
 /// What the timer test function reports: ("rec", key, record timestamp, watermark) or
 /// ("timer", key, timer time, watermark at firing).
@@ -261,4 +263,55 @@ fn a_timer_far_in_event_time_fires_at_end_of_input() {
             ("timer".to_string(), "y".to_string(), far + 1, MAX_WATERMARK)
         ]
     );
+}
+
+/// `(key, t)` registers a processing-time timer at `t` (ms since the Unix epoch); a firing
+/// reports (key, t).
+struct ProcessingTimers;
+
+impl KeyedProcessFunction<String, (String, i64), (String, i64)> for ProcessingTimers {
+    fn process(
+        &mut self,
+        (_, t): (String, i64),
+        ctx: &mut KeyedContext<'_, String, (String, i64)>,
+    ) -> Result<()> {
+        ctx.register_processing_time_timer(t);
+        Ok(())
+    }
+
+    fn on_timer(
+        &mut self,
+        time: Timestamp,
+        domain: TimeDomain,
+        ctx: &mut KeyedContext<'_, String, (String, i64)>,
+    ) -> Result<()> {
+        assert_eq!(domain, TimeDomain::ProcessingTime);
+        ctx.emit((ctx.key().clone(), time));
+        Ok(())
+    }
+}
+
+#[test]
+fn at_end_of_input_due_processing_time_timers_fire_and_the_others_are_dropped_and_counted() {
+    let env = Env::new().parallelism(2);
+    let name = unique("processing-timers");
+    let far = wall_clock_ms() + 3_600_000; // an hour from now
+    let mut input: Vec<(String, i64)> = ["a", "b", "c", "d", "e"]
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.to_string(), far + i as i64))
+        .collect();
+    input.push(("a".to_string(), far + 10)); // a second timer of key a
+    input.push(("due".to_string(), 1)); // long due: fires at the next tick or at the end
+    let out = env
+        .from_collection(input)
+        .key_by(|(k, _)| k.clone())
+        .process(|| ProcessingTimers)
+        .name(&name)
+        .collect();
+    // Ends without waiting for the timers (run fails the test after 10 s).
+    run(&env).unwrap();
+    assert_eq!(out.values(), vec![("due".to_string(), 1)]);
+    let op = [("operator", name.as_str())];
+    assert_eq!(metrics::sum("processing_timers_dropped_total", &op), 6.0);
 }

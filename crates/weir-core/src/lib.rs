@@ -42,6 +42,7 @@ pub mod prelude {
     pub use crate::ops::co::{CoContext, CoProcessFunction};
     pub use crate::ops::dedup::IdempotencyError;
     pub use crate::ops::keyed::{AggregateFunction, Count, KeyedContext, KeyedProcessFunction};
+    pub use crate::ops::process::{ProcessContext, ProcessFunction};
     pub use crate::ops::sink::{Collected, SinkContext, SinkFunction};
     pub use crate::output::Collector;
     pub use crate::state::{ListState, MapState, ReducingState, StateContext, ValueState};

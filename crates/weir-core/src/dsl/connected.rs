@@ -9,10 +9,14 @@ use crate::exchange::Partitioning;
 use crate::graph::{BuildContext, Built, NodeKind, Port, input, take_output};
 use crate::ops::OpInfo;
 use crate::ops::co::{CoProcessFunction, Either, TwoInputs, either_key, split_inputs};
+use crate::ops::guard;
+use crate::ops::side::{SideDecls, SideOutputs};
 use crate::output::{Collector, Output};
+use crate::state::StateContext;
 use crate::window::{TimeWindow, WindowAssigner, WindowFn, WindowOperator};
 use std::sync::Arc;
 
+#[allow(clippy::too_many_arguments)]
 fn two_input_node<A: Data, B: Data, O: Data>(
     a: &Stream<A>,
     pa: Partitioning<A>,
@@ -20,11 +24,13 @@ fn two_input_node<A: Data, B: Data, O: Data>(
     pb: Partitioning<B>,
     name: &str,
     keyed: bool,
-    build: impl Fn(&BuildContext<'_>, Box<dyn Output<O>>) -> Result<TwoInputs<A, B>>
+    side_outputs: Option<SideDecls>,
+    build: impl Fn(&BuildContext<'_>, Box<dyn Output<O>>, SideOutputs) -> Result<TwoInputs<A, B>>
     + Send
     + Sync
     + 'static,
 ) -> Stream<O> {
+    let declared = side_outputs.clone();
     let ea = PendingInput {
         from: a.node,
         port: a.port,
@@ -48,13 +54,20 @@ fn two_input_node<A: Data, B: Data, O: Data>(
         },
         move |ctx, mut outputs| {
             let out = take_output::<O>(&mut outputs, 0);
-            let (ia, ib, control) = build(ctx, out)?;
+            let side = match &declared {
+                Some(d) => SideOutputs::take(d, &mut outputs),
+                None => SideOutputs::default(),
+            };
+            let (ia, ib, control) = build(ctx, out, side)?;
             Ok(Built::Operator {
                 inputs: vec![input(ia), input(ib)],
                 control: Some(control),
             })
         },
     );
+    if let Some(decls) = side_outputs {
+        a.p.accept_side_outputs(id, decls);
+    }
     Stream::new(a.p.clone(), id, 0)
 }
 
@@ -67,9 +80,20 @@ pub struct ConnectedStreams<A, B> {
 
 impl<A: Data, B: Data> ConnectedStreams<A, B> {
     /// Runs a two-input function; `make` creates each subtask's instance on its thread.
+    /// Declare side outputs on the result with [`Stream::with_side_output`].
     pub fn process<O: Data, P: CoProcessFunction<(), A, B, O>>(
         &self,
         make: impl Fn() -> P + Send + Sync + 'static,
+    ) -> Stream<O> {
+        self.process_with_state(move |_| Ok(make()))
+    }
+
+    /// Runs a two-input function built by `make` from the operator's [`StateContext`]
+    /// (per subtask: the key is `()`), so state handles are plain fields of the function.
+    /// See [`super::KeyedStream::process_with_state`].
+    pub fn process_with_state<O: Data, P: CoProcessFunction<(), A, B, O>>(
+        &self,
+        make: impl Fn(&mut StateContext<()>) -> Result<P> + Send + Sync + 'static,
     ) -> Stream<O> {
         two_input_node(
             &self.a,
@@ -78,14 +102,19 @@ impl<A: Data, B: Data> ConnectedStreams<A, B> {
             self.b.partitioning.clone(),
             "co-process",
             false,
-            move |ctx, out| {
+            Some(SideDecls::default()),
+            move |ctx, out, side| {
+                let info = OpInfo::from_ctx(ctx);
+                let mut state = state_context::<()>(ctx)?;
+                let f = guard(&info, || make(&mut state))?;
                 crate::ops::co::build(
                     Arc::new(|_: &A| ()),
                     Arc::new(|_: &B| ()),
-                    make(),
-                    state_context::<()>(ctx)?,
+                    f,
+                    state,
                     out,
-                    OpInfo::from_ctx(ctx),
+                    side,
+                    info,
                 )
             },
         )
@@ -99,10 +128,22 @@ pub struct KeyedConnectedStreams<K, A, B> {
 }
 
 impl<K: Key, A: Data, B: Data> KeyedConnectedStreams<K, A, B> {
-    /// Runs a keyed two-input function with state and timers per key.
+    /// Runs a keyed two-input function with state and timers per key; the function
+    /// creates its state handles in `open`. Declare side outputs on the result with
+    /// [`Stream::with_side_output`].
     pub fn process<O: Data, P: CoProcessFunction<K, A, B, O>>(
         &self,
         make: impl Fn() -> P + Send + Sync + 'static,
+    ) -> Stream<O> {
+        self.process_with_state(move |_| Ok(make()))
+    }
+
+    /// Runs a keyed two-input function built by `make` from the operator's
+    /// [`StateContext`], so state handles are plain fields of the function. See
+    /// [`super::KeyedStream::process_with_state`] and [`CoProcessFunction`].
+    pub fn process_with_state<O: Data, P: CoProcessFunction<K, A, B, O>>(
+        &self,
+        make: impl Fn(&mut StateContext<K>) -> Result<P> + Send + Sync + 'static,
     ) -> Stream<O> {
         let (ka, kb) = (self.a.key_fn.clone(), self.b.key_fn.clone());
         two_input_node(
@@ -112,15 +153,12 @@ impl<K: Key, A: Data, B: Data> KeyedConnectedStreams<K, A, B> {
             self.b.partitioning(),
             "keyed-co-process",
             true,
-            move |ctx, out| {
-                crate::ops::co::build(
-                    ka.clone(),
-                    kb.clone(),
-                    make(),
-                    state_context::<K>(ctx)?,
-                    out,
-                    OpInfo::from_ctx(ctx),
-                )
+            Some(SideDecls::default()),
+            move |ctx, out, side| {
+                let info = OpInfo::from_ctx(ctx);
+                let mut state = state_context::<K>(ctx)?;
+                let f = guard(&info, || make(&mut state))?;
+                crate::ops::co::build(ka.clone(), kb.clone(), f, state, out, side, info)
             },
         )
     }
@@ -183,7 +221,8 @@ impl<K: Key, A: Data, B: Data> WindowedJoin<K, A, B> {
             self.joined.b.partitioning(),
             "window-join",
             true,
-            move |ctx, out| {
+            None,
+            move |ctx, out, _side| {
                 let mut state = state_context::<K>(ctx)?;
                 let op = WindowOperator::new(
                     either_key(ka.clone(), kb.clone()),

@@ -4,10 +4,11 @@
 use super::{JoinedStreams, KeyedConnectedStreams, Stream, WindowedStream};
 use crate::data::{Data, Key};
 use crate::exchange::{Partitioning, hash_partitioner};
-use crate::ops::OpInfo;
 use crate::ops::keyed::{
     AggregateFunction, KeyedProcess, KeyedProcessFunction, RollingAggregate, RollingReduce,
 };
+use crate::ops::side::{SideDecls, SideOutputs};
+use crate::ops::{OpInfo, guard};
 use crate::state::{KeyContext, StateContext};
 use crate::window::WindowAssigner;
 use std::sync::Arc;
@@ -57,36 +58,79 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
     }
 
     /// Runs a keyed process function (state and timers per key). `make` creates each
-    /// subtask's instance on the subtask's thread.
+    /// subtask's instance on the subtask's thread; the function creates its state handles
+    /// in [`KeyedProcessFunction::open`]. [`KeyedStream::process_with_state`] builds them
+    /// in the factory instead, as plain fields.
     pub fn process<O: Data, P: KeyedProcessFunction<K, T, O>>(
         &self,
         make: impl Fn() -> P + Send + Sync + 'static,
     ) -> Stream<O> {
+        self.process_with_state(move |_| Ok(make()))
+    }
+
+    /// Runs a keyed process function (state and timers per key) built by `make` from the
+    /// operator's [`StateContext`]: the factory creates the state handles, so the function
+    /// holds them as plain fields (no `Option`, nothing to create in `open`). `make` runs
+    /// once per subtask, on the subtask's thread, before any record; an error it returns
+    /// fails the job, naming the operator.
+    ///
+    /// Declare side outputs on the result with [`Stream::with_side_output`].
+    ///
+    /// ```
+    /// use weir_core::prelude::*;
+    ///
+    /// /// Emits each key's running total.
+    /// struct Total { sum: ValueState<i64> }
+    ///
+    /// impl KeyedProcessFunction<String, (String, i64), (String, i64)> for Total {
+    ///     fn process(&mut self, (k, v): (String, i64), ctx: &mut KeyedContext<'_, String, (String, i64)>) -> weir_core::Result<()> {
+    ///         let total = self.sum.update(|s| s.unwrap_or(0) + v)?;
+    ///         ctx.emit((k, total));
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let p = Pipeline::new();
+    /// let _totals = p
+    ///     .from_collection(vec![("a".to_string(), 1), ("a".to_string(), 2)])
+    ///     .key_by(|(k, _)| k.clone())
+    ///     .process_with_state(|state| Ok(Total { sum: state.value_state("sum")? }))
+    ///     .collect();
+    /// ```
+    pub fn process_with_state<O: Data, P: KeyedProcessFunction<K, T, O>>(
+        &self,
+        make: impl Fn(&mut StateContext<K>) -> crate::Result<P> + Send + Sync + 'static,
+    ) -> Stream<O> {
         let key_fn = self.key_fn.clone();
-        self.stream.unary(
+        let decls = SideDecls::default();
+        let declared = decls.clone();
+        let out = self.stream.unary(
             "process",
             true,
             self.partitioning(),
-            move |ctx, out, _| {
-                let op = KeyedProcess::new(
-                    key_fn.clone(),
-                    make(),
-                    state_context(ctx)?,
-                    out,
-                    OpInfo::from_ctx(ctx),
-                )?;
+            move |ctx, out, outputs| {
+                let info = OpInfo::from_ctx(ctx);
+                let mut state = state_context(ctx)?;
+                let f = guard(&info, || make(&mut state))?;
+                let side = SideOutputs::take(&declared, outputs);
+                let op =
+                    KeyedProcess::new(key_fn.clone(), f, state, out, info)?.with_side_outputs(side);
                 Ok(Box::new(op))
             },
             vec![],
-        )
+        );
+        out.p.accept_side_outputs(out.node, decls);
+        out
     }
 
     /// Rolling reduce: after each record, emits the reduction of all records of its key so far.
     pub fn reduce(&self, f: impl Fn(T, T) -> T + Send + Sync + 'static) -> Stream<T> {
         let f: Arc<dyn Fn(T, T) -> T + Send + Sync> = Arc::new(f);
-        self.process(move || RollingReduce {
-            f: f.clone(),
-            acc: None,
+        self.process_with_state(move |state| {
+            Ok(RollingReduce {
+                f: f.clone(),
+                acc: state.value_state("reduce")?,
+            })
         })
         .name("reduce")
     }
@@ -97,9 +141,11 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
         agg: impl AggregateFunction<T, Acc, O>,
     ) -> Stream<O> {
         let agg: Arc<dyn AggregateFunction<T, Acc, O>> = Arc::new(agg);
-        self.process(move || RollingAggregate {
-            agg: agg.clone(),
-            acc: None,
+        self.process_with_state(move |state| {
+            Ok(RollingAggregate {
+                agg: agg.clone(),
+                acc: state.value_state("aggregate")?,
+            })
         })
         .name("aggregate")
     }

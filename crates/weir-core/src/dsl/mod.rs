@@ -8,6 +8,7 @@
 mod connected;
 mod dedup;
 mod keyed;
+mod process;
 mod sources;
 mod splits;
 mod stream;
@@ -27,6 +28,7 @@ use crate::graph::{
     BuildContext, Built, Graph, InputEdge, NodeFactory, NodeKind, NodeSpec, PortType,
 };
 use crate::ids::NodeId;
+use crate::ops::side::SideDecls;
 use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -54,6 +56,9 @@ struct Inner {
     graph: Graph,
     /// (node, tag id) -> output port of side outputs.
     side_ports: HashMap<(NodeId, u64), usize>,
+    /// The side outputs declared on process-function nodes (nodes that accept
+    /// `with_side_output`).
+    side_decls: HashMap<NodeId, SideDecls>,
 }
 
 struct FnFactory<F>(F);
@@ -152,5 +157,14 @@ impl Pipeline {
 
     pub(crate) fn side_port(&self, node: NodeId, tag: u64) -> Option<usize> {
         self.inner.borrow().side_ports.get(&(node, tag)).copied()
+    }
+
+    /// Lets `node` (a process function) declare side outputs into `decls`.
+    pub(crate) fn accept_side_outputs(&self, node: NodeId, decls: SideDecls) {
+        self.inner.borrow_mut().side_decls.insert(node, decls);
+    }
+
+    pub(crate) fn side_decls(&self, node: NodeId) -> Option<SideDecls> {
+        self.inner.borrow().side_decls.get(&node).cloned()
     }
 }

@@ -2,6 +2,7 @@
 //! timers per key) or not (then every record shares the unit key `()`).
 
 use super::OpInfo;
+use super::side::SideOutputs;
 use crate::data::{Data, Key};
 use crate::error::Result;
 use crate::graph::ControlSink;
@@ -22,25 +23,29 @@ pub use super::keyed::KeyedContext as CoContext;
 /// ```
 /// use weir_core::prelude::*;
 /// /// Passes through values of input 1 only while input 2 has enabled the key.
-/// #[derive(Default)]
-/// struct Gate { enabled: Option<ValueState<bool>> }
+/// struct Gate { enabled: ValueState<bool> }
 /// impl CoProcessFunction<u32, (u32, i64), (u32, bool), i64> for Gate {
-///     fn open(&mut self, s: &mut StateContext<u32>) -> weir_core::Result<()> {
-///         self.enabled = Some(s.value_state("enabled")?);
-///         Ok(())
-///     }
 ///     fn process1(&mut self, v: (u32, i64), ctx: &mut CoContext<'_, u32, i64>) -> weir_core::Result<()> {
-///         if self.enabled.as_ref().unwrap().get()?.unwrap_or(false) { ctx.emit(v.1) }
+///         if self.enabled.get()?.unwrap_or(false) { ctx.emit(v.1) }
 ///         Ok(())
 ///     }
 ///     fn process2(&mut self, v: (u32, bool), _ctx: &mut CoContext<'_, u32, i64>) -> weir_core::Result<()> {
-///         self.enabled.as_mut().unwrap().set(v.1)
+///         self.enabled.set(v.1)
 ///     }
 /// }
-/// # let _ = Gate::default();
+///
+/// let p = Pipeline::new();
+/// let values = p.from_collection(vec![(1u32, 10i64)]).key_by(|v| v.0);
+/// let switches = p.from_collection(vec![(1u32, true)]).key_by(|s| s.0);
+/// let _gated = values
+///     .connect(&switches)
+///     .process_with_state(|state| Ok(Gate { enabled: state.value_state("enabled")? }))
+///     .collect();
 /// ```
 pub trait CoProcessFunction<K, A, B, O>: 'static {
-    /// Called once per subtask before any record; create state handles here.
+    /// Called once per subtask before any record. Functions built by a plain factory
+    /// (`process`) create their state handles here; with `process_with_state` the factory
+    /// does, and `open` need not be implemented.
     fn open(&mut self, state: &mut StateContext<K>) -> Result<()> {
         let _ = state;
         Ok(())
@@ -103,6 +108,7 @@ pub(crate) fn build<K: Key, A: Data, B: Data, O: Data, P: CoProcessFunction<K, A
     f: P,
     state: StateContext<K>,
     out: Box<dyn Output<O>>,
+    side: SideOutputs,
     info: OpInfo,
 ) -> Result<TwoInputs<A, B>> {
     let key_fn = either_key(key_a, key_b);
@@ -115,7 +121,8 @@ pub(crate) fn build<K: Key, A: Data, B: Data, O: Data, P: CoProcessFunction<K, A
         state,
         out,
         info,
-    )?;
+    )?
+    .with_side_outputs(side);
     Ok(split_inputs(Box::new(op)))
 }
 

@@ -1,10 +1,13 @@
 //! Keyed one-input operators: the keyed process function (state and timers) and the
 //! rolling reduce / aggregate built on it.
 
+use super::side::SideOutputs;
 use super::{OpInfo, guard};
 use crate::checkpoint::KeyGroupBlobs;
 use crate::data::{Data, Key};
+use crate::dsl::OutputTag;
 use crate::error::Result;
+use crate::metrics;
 use crate::output::{Collector, Control, Output};
 use crate::state::{
     KeyContext, StateContext, StateTableInfo, ValueState, decode_key_groups, encode_by_key_group,
@@ -16,24 +19,25 @@ use std::sync::Arc;
 
 /// A function over a keyed stream with keyed state and timers (Flink's
 /// `KeyedProcessFunction`). One instance runs per subtask, created on the subtask's thread
-/// by the factory given to `KeyedStream::process`, so it may hold state handles.
+/// by the factory given to [`crate::dsl::KeyedStream::process_with_state`] (which hands
+/// the factory the operator's [`StateContext`], so state handles are plain fields) or to
+/// [`crate::dsl::KeyedStream::process`] (then create handles in [`Self::open`]).
 ///
 /// ```
 /// use weir_core::prelude::*;
 ///
 /// /// Emits (key, running count) and, one time unit after a key's last record, (key, -1).
-/// #[derive(Default)]
-/// struct CountThenTimeout { count: Option<ValueState<u64>> }
+/// struct CountThenTimeout { count: ValueState<u64> }
+///
+/// impl CountThenTimeout {
+///     fn new(state: &mut StateContext<String>) -> weir_core::Result<Self> {
+///         Ok(CountThenTimeout { count: state.value_state("count")? })
+///     }
+/// }
 ///
 /// impl KeyedProcessFunction<String, String, (String, i64)> for CountThenTimeout {
-///     fn open(&mut self, state: &mut StateContext<String>) -> weir_core::Result<()> {
-///         self.count = Some(state.value_state("count")?);
-///         Ok(())
-///     }
 ///     fn process(&mut self, _v: String, ctx: &mut KeyedContext<'_, String, (String, i64)>) -> weir_core::Result<()> {
-///         let c = self.count.as_mut().unwrap();
-///         let n = c.get()?.unwrap_or(0) + 1;
-///         c.set(n)?;
+///         let n = self.count.update(|c| c.unwrap_or(0) + 1)?;
 ///         ctx.emit((ctx.key().clone(), n as i64));
 ///         if let Some(ts) = ctx.timestamp() { ctx.register_event_time_timer(ts + 1); }
 ///         Ok(())
@@ -43,10 +47,20 @@ use std::sync::Arc;
 ///         Ok(())
 ///     }
 /// }
-/// # let _ = CountThenTimeout::default();
+///
+/// let p = Pipeline::new();
+/// let _counts = p
+///     .from_timestamped(vec![("a".to_string(), 1), ("a".to_string(), 2)])
+///     .with_watermarks(WatermarkStrategy::monotonous())
+///     .key_by(|k| k.clone())
+///     .process_with_state(CountThenTimeout::new)
+///     .collect();
 /// ```
 pub trait KeyedProcessFunction<K, I, O>: 'static {
-    /// Called once per subtask before any record; create state handles here.
+    /// Called once per subtask before any record. Functions built by a plain factory
+    /// ([`crate::dsl::KeyedStream::process`]) create their state handles here; with
+    /// [`crate::dsl::KeyedStream::process_with_state`] the factory does, and `open` need
+    /// not be implemented.
     fn open(&mut self, state: &mut StateContext<K>) -> Result<()> {
         let _ = state;
         Ok(())
@@ -119,6 +133,7 @@ pub struct KeyedContext<'a, K, O> {
     processing_time: i64,
     timers: &'a mut Timers<K>,
     out: &'a mut Collector<O>,
+    side: &'a mut SideOutputs,
 }
 
 impl<K: Key, O> KeyedContext<'_, K, O> {
@@ -145,6 +160,46 @@ impl<K: Key, O> KeyedContext<'_, K, O> {
     /// Emits a record with the given timestamp.
     pub fn emit_at(&mut self, value: O, ts: Timestamp) {
         self.out.emit_at(value, ts)
+    }
+    /// Emits a record to the side output `tag`, with the current timestamp (Flink's
+    /// `ctx.output(tag, value)`). Read it with [`crate::dsl::Stream::side_output`] on the
+    /// operator's result.
+    ///
+    /// # Errors
+    /// [`crate::Error::Config`], naming the tag, when the operator does not declare this
+    /// side output ([`crate::dsl::Stream::with_side_output`]): it fails the job rather than
+    /// dropping the record.
+    ///
+    /// ```
+    /// use weir_core::prelude::*;
+    ///
+    /// /// Sends negative amounts to a side output, the rest on.
+    /// struct Split { negative: OutputTag<(String, i64)> }
+    ///
+    /// impl KeyedProcessFunction<String, (String, i64), (String, i64)> for Split {
+    ///     fn process(&mut self, v: (String, i64), ctx: &mut KeyedContext<'_, String, (String, i64)>) -> weir_core::Result<()> {
+    ///         if v.1 < 0 {
+    ///             ctx.output(&self.negative, v)?;
+    ///         } else {
+    ///             ctx.emit(v);
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let p = Pipeline::new();
+    /// let negative = OutputTag::<(String, i64)>::new("negative");
+    /// let tag = negative.clone();
+    /// let positive = p
+    ///     .from_collection(vec![("a".to_string(), 5), ("a".to_string(), -2)])
+    ///     .key_by(|(k, _)| k.clone())
+    ///     .process(move || Split { negative: tag.clone() })
+    ///     .with_side_output(&negative);
+    /// let _negative = positive.side_output(&negative).collect();
+    /// let _positive = positive.collect();
+    /// ```
+    pub fn output<S: Data>(&mut self, tag: &OutputTag<S>, value: S) -> Result<()> {
+        self.side.emit(tag, value)
     }
     /// Registers an event-time timer for the current key (duplicates are merged).
     pub fn register_event_time_timer(&mut self, time: Timestamp) {
@@ -184,6 +239,7 @@ pub struct KeyedProcess<K, I, O, P> {
     pub(crate) info: OpInfo,
     pub(crate) watermark: Timestamp,
     pub(crate) now: i64,
+    pub(crate) side: SideOutputs,
 }
 
 impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> KeyedProcess<K, I, O, P> {
@@ -209,7 +265,14 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> KeyedProcess<K, I, O,
             info,
             watermark: MIN_WATERMARK,
             now: 0,
+            side: SideOutputs::default(),
         })
+    }
+
+    /// Gives the operator its declared side outputs.
+    pub(crate) fn with_side_outputs(mut self, side: SideOutputs) -> Self {
+        self.side = side;
+        self
     }
 
     /// The operator's state (for metrics).
@@ -234,6 +297,7 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> KeyedProcess<K, I, O,
                     info,
                     watermark,
                     now,
+                    side,
                     ..
                 } = self;
                 let (wm, now) = (*watermark, *now);
@@ -247,6 +311,7 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> KeyedProcess<K, I, O,
                             processing_time: now,
                             timers: &mut timers,
                             out: buf,
+                            side,
                         };
                         f.on_timer(ts, domain, &mut ctx)
                     })
@@ -257,8 +322,45 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> KeyedProcess<K, I, O,
                     NO_TIMESTAMP
                 };
                 self.buf.drain_into(&mut *self.out, out_ts)?;
+                self.side.drain(out_ts)?;
             }
         }
+    }
+
+    /// End of input: processing-time timers due by the wall clock fire, as they would at
+    /// the next tick; the others are dropped (firing them early would emit results that
+    /// depend on when the input happened to end), with a log line and a count in
+    /// `processing_timers_dropped_total`.
+    fn end_of_input(&mut self) -> Result<()> {
+        self.now = self.now.max(crate::state::now_ms());
+        self.fire(TimeDomain::ProcessingTime, self.now)?;
+        let (dropped, earliest) = {
+            let mut t = self.timers.borrow_mut();
+            let pending = (t.processing.len(), t.processing.next_time());
+            t.processing = TimerQueue::default();
+            pending
+        };
+        let subtask = self.info.subtask.to_string();
+        let labels = [
+            ("operator", &*self.info.name),
+            ("subtask", subtask.as_str()),
+        ];
+        metrics::counter(
+            "processing_timers_dropped_total",
+            "Processing-time timers still pending at the end of input, dropped without firing.",
+            &labels,
+        )
+        .add(dropped as u64);
+        if let Some(earliest) = earliest {
+            tracing::info!(
+                operator = %self.info.name,
+                subtask = self.info.subtask,
+                dropped,
+                earliest,
+                "end of input: pending processing-time timers are dropped, not fired"
+            );
+        }
+        Ok(())
     }
 }
 
@@ -274,6 +376,7 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> Output<I> for KeyedPr
             info,
             watermark,
             now,
+            side,
             ..
         } = self;
         let (wm, now) = (*watermark, *now);
@@ -288,6 +391,7 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> Output<I> for KeyedPr
                     processing_time: now,
                     timers: &mut timers,
                     out: buf,
+                    side,
                 };
                 f.process(value, &mut ctx)
             })
@@ -295,7 +399,7 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> Output<I> for KeyedPr
         if !self.buf.is_empty() {
             self.buf.drain_into(&mut *self.out, ts)?;
         }
-        Ok(())
+        self.side.drain(ts)
     }
 
     fn control(&mut self, event: Control) -> Result<()> {
@@ -308,8 +412,10 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> Output<I> for KeyedPr
                 self.now = now;
                 self.fire(TimeDomain::ProcessingTime, now)?;
             }
-            Control::Idle(_) | Control::Barrier(_) | Control::End => {}
+            Control::End => self.end_of_input()?,
+            Control::Idle(_) | Control::Barrier(_) => {}
         }
+        self.side.control(event)?;
         self.out.control(event)
     }
 }
@@ -369,16 +475,12 @@ impl<I> AggregateFunction<I, u64, u64> for Count {
 /// Rolling reduce: emits the reduced value of the key after every record.
 pub(crate) struct RollingReduce<T> {
     pub(crate) f: ReduceFn<T>,
-    pub(crate) acc: Option<ValueState<T>>,
+    pub(crate) acc: ValueState<T>,
 }
 
 impl<K: Key, T: Data> KeyedProcessFunction<K, T, T> for RollingReduce<T> {
-    fn open(&mut self, state: &mut StateContext<K>) -> Result<()> {
-        self.acc = Some(state.value_state("reduce")?);
-        Ok(())
-    }
     fn process(&mut self, value: T, ctx: &mut KeyedContext<'_, K, T>) -> Result<()> {
-        let acc = self.acc.as_mut().expect("opened");
+        let acc = &mut self.acc;
         let next = match acc.get()? {
             Some(prev) => (self.f)(prev, value),
             None => value,
@@ -392,21 +494,225 @@ impl<K: Key, T: Data> KeyedProcessFunction<K, T, T> for RollingReduce<T> {
 /// Rolling aggregate: emits the aggregate's result for the key after every record.
 pub(crate) struct RollingAggregate<I, Acc, O> {
     pub(crate) agg: Arc<dyn AggregateFunction<I, Acc, O>>,
-    pub(crate) acc: Option<ValueState<Acc>>,
+    pub(crate) acc: ValueState<Acc>,
 }
 
 impl<K: Key, I: 'static, Acc: Data, O: 'static> KeyedProcessFunction<K, I, O>
     for RollingAggregate<I, Acc, O>
 {
-    fn open(&mut self, state: &mut StateContext<K>) -> Result<()> {
-        self.acc = Some(state.value_state("aggregate")?);
-        Ok(())
-    }
     fn process(&mut self, value: I, ctx: &mut KeyedContext<'_, K, O>) -> Result<()> {
-        let st = self.acc.as_mut().expect("opened");
+        let st = &mut self.acc;
         let mut acc = st.get()?.unwrap_or_else(|| self.agg.create());
         self.agg.add(&mut acc, value);
         ctx.emit(self.agg.result(&acc));
         st.set(acc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The keyed process operator driven directly: side outputs and their control events,
+    //! and processing-time timers at the end of input.
+
+    use super::*;
+    use crate::ids::CheckpointId;
+    use crate::ops::side::{SideDecl, SideDecls};
+    use crate::state::{BackendSnapshot, KeyedStateBackend};
+    use std::any::Any;
+    use std::cell::RefCell;
+
+    struct NoBackend;
+
+    impl KeyedStateBackend for NoBackend {
+        fn name(&self) -> &'static str {
+            "test"
+        }
+        fn register(&mut self, _: &str, _: Rc<dyn StateTableInfo>) -> Result<()> {
+            Ok(())
+        }
+        fn entries(&self) -> usize {
+            0
+        }
+        fn snapshot(&self, _: CheckpointId) -> Result<BackendSnapshot> {
+            Ok(BackendSnapshot::default())
+        }
+    }
+
+    /// Everything the operator's ports received, in order: "port:value@ts" or
+    /// "port:control".
+    #[derive(Clone, Default)]
+    struct Log(Rc<RefCell<Vec<String>>>);
+
+    struct Port<T> {
+        name: &'static str,
+        log: Log,
+        _t: std::marker::PhantomData<T>,
+    }
+
+    impl<T: std::fmt::Debug> Output<T> for Port<T> {
+        fn record(&mut self, value: T, ts: Timestamp) -> Result<()> {
+            self.log
+                .0
+                .borrow_mut()
+                .push(format!("{}:{value:?}@{ts}", self.name));
+            Ok(())
+        }
+        fn control(&mut self, event: Control) -> Result<()> {
+            self.log
+                .0
+                .borrow_mut()
+                .push(format!("{}:{event:?}", self.name));
+            Ok(())
+        }
+    }
+
+    fn port<T: std::fmt::Debug + 'static>(name: &'static str, log: &Log) -> Box<dyn Output<T>> {
+        Box::new(Port {
+            name,
+            log: log.clone(),
+            _t: std::marker::PhantomData,
+        })
+    }
+
+    fn info(name: &str) -> OpInfo {
+        OpInfo {
+            name: Arc::from(name),
+            subtask: 0,
+            parallelism: 1,
+        }
+    }
+
+    /// `(key, n)`: n < 0 emits -n to the side output `small`, n == 0 to an undeclared
+    /// tag, n > 0 to the main output; n == 1 also registers a processing-time timer that
+    /// is already due, n >= 2 one decades ahead (at a time that depends on n).
+    struct Router {
+        small: OutputTag<i64>,
+        undeclared: OutputTag<i64>,
+    }
+
+    impl KeyedProcessFunction<String, (String, i64), i64> for Router {
+        fn process(
+            &mut self,
+            (_, n): (String, i64),
+            ctx: &mut KeyedContext<'_, String, i64>,
+        ) -> Result<()> {
+            match n {
+                ..0 => ctx.output(&self.small, -n)?,
+                0 => ctx.output(&self.undeclared, 0)?,
+                1 => {
+                    ctx.emit(n);
+                    ctx.register_processing_time_timer(1);
+                }
+                _ => {
+                    ctx.emit(n);
+                    // In the year 2096.
+                    ctx.register_processing_time_timer(4_000_000_000_000 + n);
+                }
+            }
+            Ok(())
+        }
+        fn on_timer(
+            &mut self,
+            time: Timestamp,
+            domain: TimeDomain,
+            ctx: &mut KeyedContext<'_, String, i64>,
+        ) -> Result<()> {
+            assert_eq!((time, domain), (1, TimeDomain::ProcessingTime));
+            ctx.output(&self.small, 1_000)
+        }
+    }
+
+    fn operator(name: &str, log: &Log) -> KeyedProcess<String, (String, i64), i64, Router> {
+        let small = OutputTag::<i64>::new("small");
+        let decls = SideDecls::default();
+        decls.lock().unwrap().push(SideDecl::new(&small, 1));
+        let mut outputs: Vec<Box<dyn Any>> = vec![Box::new(()), Box::new(port::<i64>("side", log))];
+        let side = SideOutputs::take(&decls, &mut outputs);
+        let key_fn: crate::data::KeyFn<(String, i64), String> =
+            Arc::new(|(k, _): &(String, i64)| k.clone());
+        let state = StateContext::new(KeyContext::new(), Box::new(NoBackend));
+        let f = Router {
+            small,
+            undeclared: OutputTag::new("nowhere"),
+        };
+        KeyedProcess::new(key_fn, f, state, port("main", log), info(name))
+            .unwrap()
+            .with_side_outputs(side)
+    }
+
+    fn key(k: &str, n: i64) -> (String, i64) {
+        (k.to_string(), n)
+    }
+
+    #[test]
+    fn side_outputs_get_records_and_every_control_event_in_step_with_the_main_output() {
+        let log = Log::default();
+        let mut op = operator("side-outputs-in-step", &log);
+        op.record(key("a", 5), 10).unwrap();
+        op.record(key("a", -3), 11).unwrap();
+        op.control(Control::Barrier(CheckpointId(1))).unwrap();
+        op.record(key("b", -4), 12).unwrap();
+        op.control(Control::Watermark(20)).unwrap();
+        assert_eq!(
+            *log.0.borrow(),
+            vec![
+                "main:5@10",
+                "side:3@11",
+                "side:Barrier(CheckpointId(1))",
+                "main:Barrier(CheckpointId(1))",
+                "side:4@12",
+                "side:Watermark(20)",
+                "main:Watermark(20)",
+            ]
+        );
+    }
+
+    #[test]
+    fn emitting_to_an_undeclared_side_output_fails_naming_the_tag() {
+        let log = Log::default();
+        let mut op = operator("undeclared-side-output", &log);
+        let err = op.record(key("a", 0), 1).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("operator 'undeclared-side-output'")
+                && msg.contains("side output 'nowhere'")
+                && msg.contains("with_side_output"),
+            "{msg}"
+        );
+        assert!(err.is_deterministic(), "a restart would fail the same way");
+        assert!(log.0.borrow().is_empty());
+    }
+
+    #[test]
+    fn at_end_of_input_due_processing_timers_fire_and_the_others_are_dropped_and_counted() {
+        let name = "processing-timers-at-end";
+        let log = Log::default();
+        let mut op = operator(name, &log);
+        op.record(key("due", 1), 1).unwrap();
+        for k in ["x", "y", "z"] {
+            op.record(key(k, 2), 2).unwrap();
+        }
+        op.record(key("x", 3), 3).unwrap(); // another timer of x
+        op.control(Control::End).unwrap();
+        assert_eq!(
+            *log.0.borrow(),
+            vec![
+                "main:1@1",
+                "main:2@2",
+                "main:2@2",
+                "main:2@2",
+                "main:3@3",
+                // The due timer fires at the end (its output has no timestamp).
+                &format!("side:1000@{NO_TIMESTAMP}"),
+                "side:End",
+                "main:End",
+            ]
+        );
+        let labels = [("operator", name), ("subtask", "0")];
+        assert_eq!(
+            metrics::value("processing_timers_dropped_total", &labels),
+            Some(4.0)
+        );
+        assert_eq!(op.timers.borrow().processing.len(), 0);
     }
 }

@@ -10,6 +10,8 @@ pub mod co;
 pub mod dedup;
 pub mod file_sink;
 pub mod keyed;
+pub mod process;
+pub(crate) mod side;
 pub mod sink;
 
 use crate::error::{Error, Location, Result};
