@@ -452,7 +452,7 @@ pub(crate) fn run_with(
                         manifest.job
                     )));
                 }
-                eprintln!("{}", resume_line(&name, &manifest, &path));
+                eprintln!("{}", resume_line(name, &manifest, &path));
                 tracing::info!(checkpoint = %manifest.checkpoint_id, path = %path.display(), "restoring");
                 restore = Some((manifest, path));
             }
