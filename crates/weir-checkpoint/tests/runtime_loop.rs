@@ -97,7 +97,7 @@ fn run(storage: &CheckpointStorage, c: &mut Coordinator<Snapshot>, checkpoints: 
                                 subtask: t.subtask.0,
                                 files: s.files.clone(),
                                 operator_state: s.operator_state.clone(),
-                                watermark: s.watermark,
+                                watermark: None,
                             })
                             .collect();
                         manifest.operators.push(OperatorManifest {

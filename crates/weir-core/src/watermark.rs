@@ -656,7 +656,7 @@ mod tests {
             fn on_event(&mut self, _: &i64, ts: Timestamp, out: &mut WatermarkOutput) {
                 self.0 += 1;
                 self.1 = self.1.max(ts);
-                if self.0 % 2 == 0 {
+                if self.0.is_multiple_of(2) {
                     out.emit_watermark(ts - 1);
                 }
             }
