@@ -33,8 +33,8 @@ pub fn events(n: usize, keys: u64, seed: u64) -> Vec<Event> {
                 t += 3 * GAP;
             }
             let ts = match rng.below(100) {
-                0..70 => t - rng.below(MAX_DELAY as u64 + 1) as i64,
-                70..85 => t - MAX_DELAY - 1 - rng.below((GAP + LATENESS) as u64) as i64,
+                0..55 => t - rng.below(MAX_DELAY as u64 + 1) as i64,
+                55..75 => t - MAX_DELAY - 1 - rng.below((GAP + LATENESS) as u64) as i64,
                 _ => t - MAX_DELAY - GAP - LATENESS - rng.below(200) as i64,
             };
             let key = format!("k{}", rng.below(keys));
@@ -253,7 +253,7 @@ impl Run {
 
 #[test]
 fn sigkill_and_rescale_change_no_event_time_result() {
-    let input = events(3_000, 6, 19);
+    let input = events(3_000 * soak_factor(), 6, 19);
     let text = to_text(&input);
     let (sessions, late) = model(&input);
     // The input exercises what is at stake: late records, and sessions fired again.
@@ -279,31 +279,36 @@ fn sigkill_and_rescale_change_no_event_time_result() {
         "an uninterrupted run differs from the model",
     );
 
+    // About 2 s of input at 1,500 records/s: a dozen runs or more of 50–300 ms, each killed,
+    // until one gets to the end by itself.
     let chaos = Run::new(&text);
     let mut rng = Rng::new(0xE7E7);
-    let kills = 12 * soak_factor();
+    let kills = 16 * soak_factor();
     let mut landed = 0;
     for i in 0..kills {
         let parallelism = [1, 2, 3][i % 3];
         let mut child = chaos
-            .command(parallelism, Some(2_500))
+            .command(parallelism, Some(1_500))
             .spawn()
             .expect("start late_sessions");
-        std::thread::sleep(Duration::from_millis(60 + rng.below(300)));
-        match child.try_wait().expect("poll late_sessions") {
-            Some(status) => {
-                let err = stderr_of(&mut child);
-                assert!(status.success(), "late_sessions failed: {status}\n{err}");
-            }
-            None => {
-                child.kill().expect("SIGKILL late_sessions");
-                let status = child.wait().expect("reap late_sessions");
-                assert_eq!(status.signal(), Some(9));
-                landed += 1;
-            }
+        std::thread::sleep(Duration::from_millis(50 + rng.below(250)));
+        if child.try_wait().expect("poll late_sessions").is_none() {
+            child.kill().expect("SIGKILL late_sessions");
         }
+        let status = child.wait().expect("reap late_sessions");
+        if status.signal() == Some(9) {
+            landed += 1;
+            continue;
+        }
+        let err = stderr_of(&mut child);
+        assert!(status.success(), "late_sessions failed: {status}\n{err}");
+        break; // it read all of its input and committed it
     }
-    assert!(landed >= kills / 2, "only {landed} of {kills} kills landed");
+    eprintln!("event_time: {landed} kills landed before a run read the whole input");
+    assert!(
+        landed >= 5,
+        "only {landed} kills landed while the job was running"
+    );
     chaos.run_to_end(2);
     assert_same(
         &chaos.committed(true),
