@@ -248,3 +248,24 @@ impl Scenario {
         newest_damaged.expect("the checkpoint of the newest output is retained")
     }
 }
+
+/// Every committed line in `dir` (files not starting with a dot), sorted; asserts that no
+/// uncommitted file is left when `complete` (the run finished).
+pub fn committed_lines(dir: &Path, complete: bool) -> Vec<String> {
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("output dir") {
+        let entry = entry.expect("dir entry");
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            assert!(
+                !complete || name.starts_with(".weir-owner-"),
+                "an uncommitted file is left after a completed run: {name}"
+            );
+            continue;
+        }
+        let text = std::fs::read_to_string(entry.path()).expect("read part file");
+        lines.extend(text.lines().map(str::to_string));
+    }
+    lines.sort_unstable();
+    lines
+}

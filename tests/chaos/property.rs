@@ -1,5 +1,6 @@
 //! Property: for random inputs and random failure points, the committed output of a job
-//! that fails and restarts itself from its checkpoints equals that of an uninterrupted run.
+//! that fails and restarts itself from its checkpoints equals that of an uninterrupted run
+//! — for a running sum, and for event-time session windows with late data.
 
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -7,6 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use weir::prelude::*;
+
+use crate::event_time::{
+    CountSum, Event, GAP, LATENESS, MAX_DELAY, assert_same, events, model, to_text,
+};
 
 #[derive(Default)]
 struct RunningSum {
@@ -29,6 +34,95 @@ impl KeyedProcessFunction<u32, (u32, i64), (u32, i64)> for RunningSum {
         ctx.emit((k, next));
         Ok(())
     }
+}
+
+/// Panics at the records whose positions are in `failures`, each once (the job restarts
+/// and reads the record again).
+fn failing_at(failures: Vec<usize>) -> impl Fn(usize) + Send + Sync + 'static {
+    let next_failure = AtomicUsize::new(0);
+    move |i| {
+        let n = next_failure.load(Ordering::SeqCst);
+        if failures.get(n) == Some(&i) {
+            next_failure.fetch_add(1, Ordering::SeqCst);
+            panic!("injected failure at record {i}");
+        }
+    }
+}
+
+/// The committed lines in `dir`, sorted; no uncommitted file may be left.
+fn committed(dir: &std::path::Path) -> Vec<String> {
+    if dir.exists() {
+        crate::harness::committed_lines(dir, true)
+    } else {
+        Vec::new()
+    }
+}
+
+/// Runs `late_sessions`' pipeline over `input` in this process, failing at the records
+/// whose positions are in `failures`, and returns the committed (sessions, late records).
+fn run_sessions(
+    input: &[Event],
+    failures: Vec<usize>,
+    parallelism: usize,
+) -> (Vec<String>, Vec<String>) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("in.csv");
+    let text: String = to_text(input)
+        .lines()
+        .enumerate()
+        .map(|(i, l)| format!("{i},{l}\n"))
+        .collect();
+    std::fs::write(&file, text).expect("write input");
+    let out = dir.path().join("out");
+    let mut ck = CheckpointConfig::new(dir.path().join("ck")).interval(Duration::from_millis(10));
+    ck.restart =
+        weir::RestartStrategy::fixed_delay(failures.len() as u32 + 1, Duration::from_millis(1));
+    let env = Env::new().parallelism(parallelism).checkpoints(ck);
+    let fail = failing_at(failures);
+    let late = OutputTag::<Event>::new("late");
+    let sessions = env
+        .read_text_file_at_rate(&file, 5_000)
+        .parallelism(1)
+        .uid("source")
+        .map(move |line: String| {
+            let mut p = line.splitn(4, ',');
+            let mut next = || p.next().expect("field");
+            let i: usize = next().parse().expect("index");
+            let ts: i64 = next().parse().expect("ts");
+            let k = next().to_string();
+            let v: i64 = next().parse().expect("value");
+            fail(i);
+            (ts, k, v)
+        })
+        .parallelism(1)
+        .with_watermarks(
+            WatermarkStrategy::bounded_out_of_orderness(MAX_DELAY)
+                .with_timestamps(|e: &Event| e.0)
+                .with_per_record_watermarks(),
+        )
+        .parallelism(1)
+        .uid("watermarks")
+        .key_by(|e| e.1.clone())
+        .window(WindowAssigner::session(GAP))
+        .allowed_lateness(LATENESS)
+        .side_output_late_data(&late)
+        .aggregate_with_window(CountSum, |k: &String, w: &TimeWindow, (n, sum)| {
+            format!("{k},{},{},{n},{sum}", w.start, w.end)
+        })
+        .uid("sessions");
+    sessions
+        .write_text_exactly_once(out.join("sessions"), |l| l.clone())
+        .uid("sessions-sink");
+    sessions
+        .side_output(&late)
+        .write_text_exactly_once(out.join("late"), |(ts, k, v)| format!("{ts},{k},{v}"))
+        .uid("late-sink");
+    env.execute("property-sessions")
+        .expect("the job recovers from every injected failure");
+    (
+        committed(&out.join("sessions")),
+        committed(&out.join("late")),
+    )
 }
 
 /// Runs the job over `input`, failing at the records whose positions are in `failures`
@@ -116,5 +210,28 @@ proptest! {
         prop_assert_eq!(&uninterrupted, &reference);
         let with_failures = run(&input, failures, parallelism);
         prop_assert_eq!(with_failures, uninterrupted);
+    }
+
+    /// Session windows over out-of-order data with late records: where the job fails
+    /// changes neither the firings nor the late records (the watermark is restored).
+    #[test]
+    fn restarts_change_no_event_time_result(
+        seed in any::<u64>(),
+        n in 100usize..600,
+        fail_at in prop::collection::vec(0.0f64..1.0, 1..4),
+        parallelism in 1usize..=3,
+    ) {
+        let input = events(n, 4, seed);
+        let mut failures: Vec<usize> = fail_at.iter().map(|f| (f * n as f64) as usize).collect();
+        failures.sort_unstable();
+        failures.dedup();
+        let uninterrupted = run_sessions(&input, vec![], parallelism);
+        assert_same(&uninterrupted, &model(&input), "an uninterrupted run differs from the model");
+        let with_failures = run_sessions(&input, failures.clone(), parallelism);
+        assert_same(
+            &with_failures,
+            &uninterrupted,
+            &format!("failing at records {failures:?} changed the output"),
+        );
     }
 }

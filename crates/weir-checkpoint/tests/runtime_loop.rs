@@ -97,6 +97,7 @@ fn run(storage: &CheckpointStorage, c: &mut Coordinator<Snapshot>, checkpoints: 
                                 subtask: t.subtask.0,
                                 files: s.files.clone(),
                                 operator_state: s.operator_state.clone(),
+                                watermark: None,
                             })
                             .collect();
                         manifest.operators.push(OperatorManifest {

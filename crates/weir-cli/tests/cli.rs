@@ -55,6 +55,7 @@ fn manifest(id: u64, kind: CheckpointKind, sum_files: Vec<Vec<FileEntry>>) -> Ma
                 subtask: i,
                 files: vec![],
                 operator_state: Some(serde_json::json!({ format!("payments/{i}"): 40 + i })),
+                watermark: None,
             })
             .collect(),
     });
@@ -69,6 +70,7 @@ fn manifest(id: u64, kind: CheckpointKind, sum_files: Vec<Vec<FileEntry>>) -> Ma
                 subtask: i,
                 files,
                 operator_state: None,
+                watermark: None,
             })
             .collect(),
     });
@@ -316,6 +318,7 @@ fn inspect_pretty_prints_large_operator_state_and_empty_subtasks() {
             subtask: 0,
             files: vec![],
             operator_state: Some(serde_json::json!({ "pending": pending })),
+            watermark: None,
         }],
     });
     let path = w.finish(m).unwrap();

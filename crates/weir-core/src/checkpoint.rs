@@ -34,6 +34,12 @@ pub struct OperatorSnapshot {
     /// ends; [`OperatorSnapshot::resolve_files`] waits for them and moves them to `files`.
     #[serde(skip)]
     pub deferred: Vec<DeferredFiles>,
+    /// The event time the operator had reached at the barrier: the watermark of its
+    /// inputs (set by the runtime for the operators of a task with inputs), or the
+    /// watermark a source emitted itself. Stored in the checkpoint's manifest, not in the
+    /// state file, so checkpoints taken before it existed still restore (without one).
+    #[serde(default)]
+    pub watermark: Option<crate::time::Timestamp>,
 }
 
 /// A local file that belongs to a snapshot.
@@ -139,6 +145,9 @@ pub struct RestoreState {
     /// Local copies of the persistent-backend files of every old subtask (one directory
     /// per old subtask), to load the key groups this subtask owns from.
     pub backend_dirs: Vec<std::path::PathBuf>,
+    /// The event time to resume from: the minimum of the old subtasks' watermarks, or
+    /// `None` when one of them had none (a checkpoint from before watermarks were stored).
+    pub watermark: Option<crate::time::Timestamp>,
 }
 
 /// Checkpoint hooks of an operator. Called on the subtask's thread, between records.
@@ -197,6 +206,9 @@ impl Participants {
             if s.operator.is_some() {
                 e.operator = s.operator;
                 e.description = s.description;
+            }
+            if s.watermark.is_some() {
+                e.watermark = s.watermark;
             }
         }
         Ok(out)

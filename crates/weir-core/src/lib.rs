@@ -48,6 +48,8 @@ pub mod prelude {
     pub use crate::state::{ListState, MapState, ReducingState, StateContext, ValueState};
     pub use crate::time::{MAX_WATERMARK, MIN_WATERMARK, NO_TIMESTAMP, Timestamp};
     pub use crate::timer::TimeDomain;
-    pub use crate::watermark::WatermarkStrategy;
+    pub use crate::watermark::{
+        BoundedOutOfOrderness, WatermarkGenerator, WatermarkOutput, WatermarkStrategy,
+    };
     pub use crate::window::{TimeWindow, WindowAssigner};
 }

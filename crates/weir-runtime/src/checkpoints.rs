@@ -68,7 +68,7 @@ pub(crate) fn write_checkpoint(
                 Error::Config(format!("internal: snapshot of unknown operator '{op_id}'"))
             })?;
             let node = *node;
-            let bytes = codec::encode(&snap)?;
+            let bytes = encode_state_file(&snap)?;
             let name = format!("op{node}-{subtask}.state");
             let mut entries = vec![writer.write_file(&name, &bytes).map_err(storage_err)?];
             written += bytes.len() as u64;
@@ -109,6 +109,7 @@ pub(crate) fn write_checkpoint(
                 subtask,
                 files: entries,
                 operator_state: snap.description.map(serde_json::Value::String),
+                watermark: snap.watermark,
             });
         }
     }
@@ -219,6 +220,30 @@ pub(crate) fn find_restore(
     Ok(latest.checkpoint.map(|c| (c.manifest, c.path)))
 }
 
+/// The layout of a `.state` file: the snapshot without its watermark, which the manifest
+/// holds (so files written before watermarks were stored decode unchanged).
+type StateFile = (
+    BTreeMap<String, weir_core::checkpoint::KeyGroupBlobs>,
+    Option<Vec<u8>>,
+    Option<String>,
+    Vec<weir_core::checkpoint::LocalFile>,
+);
+
+fn encode_state_file(snap: &OperatorSnapshot) -> Result<Vec<u8>> {
+    codec::encode(&(&snap.keyed, &snap.operator, &snap.description, &snap.files))
+}
+
+fn decode_state_file(bytes: &[u8]) -> Result<OperatorSnapshot> {
+    let (keyed, operator, description, files): StateFile = codec::decode(bytes)?;
+    Ok(OperatorSnapshot {
+        keyed,
+        operator,
+        description,
+        files,
+        ..OperatorSnapshot::default()
+    })
+}
+
 /// Loads every operator's snapshots and splits them for the job's current parallelism.
 pub(crate) fn restore_map(
     storage: &CheckpointStorage,
@@ -266,7 +291,7 @@ pub(crate) fn restore_map(
                 continue;
             };
             let bytes = storage.read_file(path, state_file).map_err(storage_err)?;
-            let snap: OperatorSnapshot = codec::decode(&bytes).map_err(|e| {
+            let snap = decode_state_file(&bytes).map_err(|e| {
                 Error::Config(format!(
                     "{}: cannot decode {}: {e}",
                     path.display(),
@@ -298,6 +323,14 @@ pub(crate) fn restore_map(
             }
             old.push(snap);
         }
+        // Every old subtask's input had passed its own watermark, so all of them had passed
+        // the minimum; a subtask without one (an older checkpoint) leaves none to resume from.
+        let watermark = op
+            .subtasks
+            .iter()
+            .map(|st| st.watermark)
+            .collect::<Option<Vec<_>>>()
+            .and_then(|w| w.into_iter().min());
         let p = plan.parallelism[node.id.0];
         let mut per_subtask = Vec::with_capacity(p);
         for s in 0..p {
@@ -305,6 +338,7 @@ pub(crate) fn restore_map(
             let mut r = RestoreState {
                 checkpoint: Some(manifest.checkpoint_id),
                 backend_dirs: dirs.clone(),
+                watermark,
                 ..Default::default()
             };
             for snap in &old {
@@ -394,6 +428,33 @@ mod tests {
             .files()
             .map(|f| (f.name.clone(), storage.read_file(path, f).unwrap()))
             .collect()
+    }
+
+    /// A `.state` file keeps the layout it had before snapshots carried a watermark.
+    #[test]
+    fn state_files_keep_their_layout() {
+        #[derive(serde::Serialize)]
+        struct Before {
+            keyed: BTreeMap<String, weir_core::checkpoint::KeyGroupBlobs>,
+            operator: Option<Vec<u8>>,
+            description: Option<String>,
+            files: Vec<LocalFile>,
+        }
+        let before = Before {
+            keyed: BTreeMap::from([("t".to_string(), vec![(3, vec![1, 2])])]),
+            operator: Some(vec![9]),
+            description: Some("d".into()),
+            files: vec![],
+        };
+        let old = codec::encode(&before).unwrap();
+        let snap = decode_state_file(&old).unwrap();
+        assert_eq!(snap.operator, Some(vec![9]));
+        assert_eq!(snap.watermark, None);
+        let again = OperatorSnapshot {
+            watermark: Some(7),
+            ..snap
+        };
+        assert_eq!(encode_state_file(&again).unwrap(), old);
     }
 
     #[test]

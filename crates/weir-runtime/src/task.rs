@@ -22,7 +22,7 @@ use weir_core::exchange::{GateEvent, InputGate};
 use weir_core::graph::{BuildContext, Built, ControlSink, Graph, SourceStatus, SourceTask};
 use weir_core::ids::CheckpointId;
 use weir_core::output::Control;
-use weir_core::time::MAX_WATERMARK;
+use weir_core::time::{MAX_WATERMARK, MIN_WATERMARK, Timestamp};
 use weir_core::watermark::WatermarkTracker;
 use weir_core::{Error, Result};
 use weir_state::BackendParams;
@@ -256,9 +256,21 @@ struct Checkpoints<'a> {
 }
 
 impl Checkpoints<'_> {
-    fn snapshot(&mut self, id: CheckpointId, alignment: Duration) -> Result<()> {
+    /// Snapshots the task's operators; `watermark` is the watermark of the task's inputs
+    /// (tasks with inputs), recorded with each of its operators.
+    fn snapshot(
+        &mut self,
+        id: CheckpointId,
+        alignment: Duration,
+        watermark: Option<Timestamp>,
+    ) -> Result<()> {
         let t0 = Instant::now();
-        let snapshot = self.participants.snapshot(id)?;
+        let mut snapshot = self.participants.snapshot(id)?;
+        if let Some(w) = watermark {
+            for s in snapshot.values_mut() {
+                s.watermark = Some(w);
+            }
+        }
         self.last_snapshot = Some(id);
         let _ = self.spec.events.send(TaskEvent::Ack {
             task: self.spec.index,
@@ -366,7 +378,7 @@ fn run_source(
         };
         if let Some(cmd) = cmd {
             if let TaskCommand::Trigger(id, is_final) = cmd {
-                ck.snapshot(id, Duration::ZERO)?;
+                ck.snapshot(id, Duration::ZERO, None)?;
                 src.control(Control::Barrier(id))?;
                 // Only the final checkpoint (requested once every source finished) ends a
                 // finished source: earlier ones still need every source to acknowledge.
@@ -512,6 +524,20 @@ fn run_operator(
         .flat_map(|(g, gate)| (0..gate.len()).map(move |c| (g, c)))
         .collect();
     let mut tracker = WatermarkTracker::new(channels.len());
+    // Resuming: the chain's operators had reached this event time at the checkpoint. It is
+    // re-established before any record (a window must not reopen a window it purged, a
+    // record late before the crash stays late), and the inputs' watermarks, which start
+    // over, do not move it back.
+    let restored = ck
+        .spec
+        .restore
+        .values()
+        .filter_map(|r| r.watermark)
+        .min()
+        .filter(|w| *w > MIN_WATERMARK);
+    if let Some(w) = restored {
+        tracker.resume_at(w);
+    }
     let mut aligner = Aligner::new(channels.len(), exactly_once);
     let mut ended = vec![false; channels.len()];
     let mut open = channels.len();
@@ -520,6 +546,9 @@ fn run_operator(
     // As in run_source: the processing time is known before the first record.
     let mut last_tick = now_ms();
     target.send(Control::Tick(last_tick))?;
+    if let Some(w) = restored {
+        target.send(Control::Watermark(w))?;
+    }
     let commands = ck.spec.commands.clone();
     while open > 0 {
         if cancelled(ck) {
@@ -601,7 +630,7 @@ fn run_operator(
             None => {}
         }
         if let Aligned::Complete(id, alignment) = aligned {
-            ck.snapshot(id, alignment)?;
+            ck.snapshot(id, alignment, Some(tracker.current()))?;
             target.send(Control::Barrier(id))?;
         }
         let now = now_ms();

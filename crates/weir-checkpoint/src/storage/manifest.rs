@@ -95,6 +95,11 @@ pub struct SubtaskManifest {
     /// Small, human-readable operator state (e.g. a source's positions), stored inline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator_state: Option<serde_json::Value>,
+    /// The event time the subtask had reached (its inputs' watermark, or a source's own);
+    /// a resumed job starts from the minimum over the subtasks. Absent in checkpoints taken
+    /// before weir stored watermarks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<i64>,
 }
 
 /// The snapshot of one operator.
@@ -345,6 +350,7 @@ mod tests {
                     shared: true,
                 }],
                 operator_state: Some(serde_json::json!({"payments/0": 42})),
+                watermark: Some(17),
             }],
         });
         m

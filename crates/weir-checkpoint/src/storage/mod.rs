@@ -47,7 +47,7 @@
 //!     uid: "sum".into(),
 //!     name: "running sum".into(),
 //!     parallelism: 1,
-//!     subtasks: vec![SubtaskManifest { subtask: 0, files: vec![file], operator_state: None }],
+//!     subtasks: vec![SubtaskManifest { subtask: 0, files: vec![file], operator_state: None, watermark: None }],
 //! });
 //! writer.finish(manifest)?;
 //!

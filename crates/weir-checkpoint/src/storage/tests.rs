@@ -22,6 +22,7 @@ pub(crate) fn manifest(id: u64, kind: CheckpointKind, files: Vec<FileEntry>) -> 
             subtask: 0,
             files,
             operator_state: Some(serde_json::json!({ "offset": id })),
+            watermark: None,
         }],
     });
     m

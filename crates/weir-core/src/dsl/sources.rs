@@ -10,8 +10,8 @@ use crate::graph::{Built, NodeKind, Port, SourceStatus, SourceTask, take_output}
 use crate::ids::CheckpointId;
 use crate::ops::{OpInfo, guard};
 use crate::output::{Control, Output};
-use crate::time::{NO_TIMESTAMP, Timestamp};
-use std::cell::RefCell;
+use crate::time::{MAX_WATERMARK, MIN_WATERMARK, NO_TIMESTAMP, Timestamp};
+use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
 use std::rc::Rc;
 
@@ -35,6 +35,7 @@ pub struct SourceContext {
 pub struct SourceOutput<'a, T> {
     out: &'a mut dyn Output<T>,
     emitted: usize,
+    watermark: Timestamp,
 }
 
 impl<T> SourceOutput<'_, T> {
@@ -49,8 +50,37 @@ impl<T> SourceOutput<'_, T> {
         self.out.record(value, ts)
     }
     /// Advances event time: no record with a timestamp at or below `watermark` follows.
-    /// For sources that track event time themselves (for example per input partition).
+    /// For sources that track event time themselves (for example per input partition, or
+    /// from marker records): the watermark goes downstream at once, in order with the
+    /// records, not on a processing-time tick. A watermark that does not advance event
+    /// time is dropped.
+    ///
+    /// The highest watermark a source subtask emitted is part of each checkpoint; a job
+    /// resuming from one emits it again before the first poll (after a rescale, the
+    /// minimum over the old subtasks).
+    ///
+    /// ```
+    /// use weir_core::prelude::*;
+    /// /// Emits (key, ts) pairs in timestamp order, each followed by its watermark.
+    /// struct Ordered { next: i64 }
+    /// impl SourceFunction<(u32, i64)> for Ordered {
+    ///     fn poll(&mut self, out: &mut SourceOutput<'_, (u32, i64)>) -> weir_core::Result<SourceStatus> {
+    ///         while self.next < 100 && out.emitted() < 10 {
+    ///             out.emit_at((self.next as u32 % 3, self.next), self.next)?;
+    ///             out.emit_watermark(self.next)?;
+    ///             self.next += 1;
+    ///         }
+    ///         Ok(if self.next == 100 { SourceStatus::Finished } else { SourceStatus::More })
+    ///     }
+    /// }
+    /// let p = Pipeline::new();
+    /// let _s: Stream<(u32, i64)> = p.source("ordered", |_| Ordered { next: 0 }).parallelism(1);
+    /// ```
     pub fn emit_watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        if watermark <= self.watermark {
+            return Ok(());
+        }
+        self.watermark = watermark;
         self.out.control(Control::Watermark(watermark))
     }
     /// Marks this source subtask idle (downstream watermarks stop waiting for it) or
@@ -119,23 +149,48 @@ struct SourceRunner<T, S> {
     out: Box<dyn Output<T>>,
     info: OpInfo,
     emitted: u64,
+    /// The highest watermark the source emitted (shared with its checkpoint hooks).
+    watermark: Rc<Cell<Timestamp>>,
+    /// A restored watermark still to emit before anything else.
+    restored: Option<Timestamp>,
+}
+
+impl<T, S> SourceRunner<T, S> {
+    fn resume(&mut self) -> Result<()> {
+        if let Some(w) = self.restored.take()
+            && w > self.watermark.get()
+        {
+            self.watermark.set(w);
+            self.out.control(Control::Watermark(w))?;
+        }
+        Ok(())
+    }
 }
 
 impl<T: 'static, S: SourceFunction<T>> SourceTask for SourceRunner<T, S> {
     fn poll(&mut self) -> Result<SourceStatus> {
+        self.resume()?;
         let mut src = self.src.borrow_mut();
         let mut so = SourceOutput {
             out: &mut *self.out,
             emitted: 0,
+            watermark: self.watermark.get(),
         };
         let r = guard(&self.info, || src.poll(&mut so));
         self.emitted += so.emitted as u64;
+        self.watermark.set(so.watermark);
         r
     }
     fn emitted(&self) -> u64 {
         self.emitted
     }
     fn control(&mut self, event: Control) -> Result<()> {
+        self.resume()?;
+        if let Control::Watermark(w) = event
+            && w > self.watermark.get()
+        {
+            self.watermark.set(w);
+        }
         self.out.control(event)
     }
 }
@@ -143,6 +198,7 @@ impl<T: 'static, S: SourceFunction<T>> SourceTask for SourceRunner<T, S> {
 struct SourceHooks<T, S> {
     src: Rc<RefCell<S>>,
     info: OpInfo,
+    watermark: Rc<Cell<Timestamp>>,
     _t: std::marker::PhantomData<fn() -> T>,
 }
 
@@ -150,14 +206,20 @@ impl<T: 'static, S: SourceFunction<T>> Checkpointed for SourceHooks<T, S> {
     fn snapshot(&mut self, _id: CheckpointId) -> Result<OperatorSnapshot> {
         let src = &self.src;
         let state = guard(&self.info, || src.borrow_mut().snapshot())?;
-        Ok(match state {
+        let mut snap = match state {
             Some((bytes, description)) => OperatorSnapshot {
                 operator: Some(bytes),
                 description: Some(description),
                 ..OperatorSnapshot::default()
             },
             None => OperatorSnapshot::default(),
-        })
+        };
+        // Only a source that emits watermarks itself has one to restore.
+        let wm = self.watermark.get();
+        if wm != MIN_WATERMARK && wm != MAX_WATERMARK {
+            snap.watermark = Some(wm);
+        }
+        Ok(snap)
     }
     fn notify_complete(&mut self, id: CheckpointId) -> Result<()> {
         let src = &self.src;
@@ -202,9 +264,11 @@ impl Pipeline {
                 }
                 guard(&info, || src.open(&sctx))?;
                 let src = Rc::new(RefCell::new(src));
+                let watermark = Rc::new(Cell::new(MIN_WATERMARK));
                 let hooks = SourceHooks::<T, S> {
                     src: src.clone(),
                     info: info.clone(),
+                    watermark: watermark.clone(),
                     _t: std::marker::PhantomData,
                 };
                 ctx.participants
@@ -215,6 +279,8 @@ impl Pipeline {
                     out,
                     info,
                     emitted: 0,
+                    watermark,
+                    restored: ctx.restore.and_then(|r| r.watermark),
                 })))
             },
         );

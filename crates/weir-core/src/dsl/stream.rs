@@ -253,12 +253,27 @@ impl<T: Data> Stream<T> {
     }
 
     /// Assigns event timestamps and emits watermarks (see [`WatermarkStrategy`]).
+    ///
+    /// The watermark emitted is part of each checkpoint; a job resuming from one emits it
+    /// again before any record (after a rescale, the minimum over the old subtasks).
+    /// Chained to a source at parallelism 1 with watermarks per record, every downstream
+    /// subtask sees records and watermarks in the same order in every run.
     pub fn with_watermarks(&self, strategy: WatermarkStrategy<T>) -> Stream<T> {
         self.unary(
             "watermarks",
             false,
             self.partitioning.clone(),
-            move |_ctx, out, _| Ok(Box::new(strategy.operator(out))),
+            move |ctx, out, _| {
+                let mut op = strategy.operator(out);
+                if let Some(r) = ctx.restore
+                    && let Some(w) = crate::watermark::restored_watermark(&r.operator)?
+                {
+                    op.restore(w);
+                }
+                ctx.participants
+                    .register(ctx.operator_id, Rc::new(RefCell::new(op.hooks())));
+                Ok(Box::new(op))
+            },
             vec![],
         )
     }

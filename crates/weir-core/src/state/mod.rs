@@ -37,6 +37,7 @@ impl Checkpointed for BackendHooks {
             description: None,
             files: s.files,
             deferred: s.deferred.into_iter().collect(),
+            watermark: None,
         })
     }
 }
