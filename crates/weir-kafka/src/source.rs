@@ -213,7 +213,62 @@ struct SourceSnapshot {
     partitions: Vec<PartState>,
 }
 
-const SOURCE_SNAPSHOT_VERSION: u32 = 1;
+/// Version 2 appends, after the version-1 fields, each partition's largest record
+/// timestamp, so per-partition watermarks continue where they were after a restore, also
+/// when partitions move to other subtasks (a rescale). Version 1 snapshots still load.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct PartEventTime {
+    topic: String,
+    partition: i32,
+    /// The largest record timestamp read from the partition before the checkpoint.
+    max_ts: Timestamp,
+}
+
+const SOURCE_SNAPSHOT_VERSION: u32 = 2;
+
+/// Encodes a snapshot: the version-1 layout followed by the partitions' event time.
+fn encode_snapshot(
+    partitions: Vec<PartState>,
+    event_time: &[PartEventTime],
+) -> weir_core::Result<Vec<u8>> {
+    let cfg = bincode::config::standard();
+    let snap = SourceSnapshot {
+        version: SOURCE_SNAPSHOT_VERSION,
+        partitions,
+    };
+    let mut bytes = bincode::serde::encode_to_vec(&snap, cfg)
+        .map_err(|e| weir_core::Error::Codec(e.to_string()))?;
+    bytes.extend(
+        bincode::serde::encode_to_vec(event_time, cfg)
+            .map_err(|e| weir_core::Error::Codec(e.to_string()))?,
+    );
+    Ok(bytes)
+}
+
+/// Decodes a snapshot of version 1 (positions only) or 2 (positions and event time).
+fn decode_snapshot(bytes: &[u8]) -> weir_core::Result<(Vec<PartState>, Vec<PartEventTime>)> {
+    let cfg = bincode::config::standard();
+    let unreadable = |e: &dyn std::fmt::Display| {
+        KafkaError::RecoveryRefused(format!(
+            "the Kafka source's checkpoint state is unreadable: {e}"
+        ))
+    };
+    let (snap, read): (SourceSnapshot, usize) =
+        bincode::serde::decode_from_slice(bytes, cfg).map_err(|e| unreadable(&e))?;
+    match snap.version {
+        1 => Ok((snap.partitions, Vec::new())),
+        2 => {
+            let (event_time, _): (Vec<PartEventTime>, usize) =
+                bincode::serde::decode_from_slice(&bytes[read..], cfg)
+                    .map_err(|e| unreadable(&e))?;
+            Ok((snap.partitions, event_time))
+        }
+        v => Err(KafkaError::Config(format!(
+            "the Kafka source's checkpoint state has version {v}, this weir reads versions 1 and 2: restore with a newer weir"
+        ))
+        .into()),
+    }
+}
 
 struct Part {
     state: PartState,
@@ -229,6 +284,8 @@ pub struct KafkaSourceFunction<T> {
     parallelism: usize,
     parts: Vec<Part>,
     restored: Option<Vec<PartState>>,
+    /// Restored per-partition event time (largest timestamp read), by topic and partition.
+    restored_event_time: Vec<PartEventTime>,
     consumer: Option<Arc<BaseConsumer>>,
     dead_letters: Option<Prod>,
     snapshots: VecDeque<TopicPartitionList>,
@@ -244,6 +301,7 @@ impl<T: 'static> KafkaSourceFunction<T> {
             parallelism: ctx.parallelism.max(1),
             parts: Vec::new(),
             restored: None,
+            restored_event_time: Vec::new(),
             consumer: None,
             dead_letters: None,
             snapshots: VecDeque::new(),
@@ -323,6 +381,13 @@ impl<T: 'static> KafkaSourceFunction<T> {
                 }
             }
             let done = s.end.is_some_and(|e| s.next >= e);
+            // Event time continues where the checkpoint left it, whichever subtask read
+            // the partition before.
+            let max_ts = self
+                .restored_event_time
+                .iter()
+                .find(|e| e.topic == s.topic && e.partition == s.partition)
+                .map_or(MIN_WATERMARK, |e| e.max_ts);
             if !done {
                 tpl.add_partition_offset(&s.topic, s.partition, Offset::Offset(s.next))
                     .map_err(|e| KafkaError::Broker(e.to_string()))?;
@@ -330,7 +395,7 @@ impl<T: 'static> KafkaSourceFunction<T> {
             self.parts.push(Part {
                 state: s,
                 done,
-                max_ts: MIN_WATERMARK,
+                max_ts,
                 last_record: Instant::now(),
             });
         }
@@ -491,20 +556,9 @@ impl<T: 'static> SourceFunction<T> for KafkaSourceFunction<T> {
     fn restore(&mut self, states: &[Vec<u8>], _ctx: &SourceContext) -> weir_core::Result<()> {
         let mut all = Vec::new();
         for s in states.iter().filter(|s| !s.is_empty()) {
-            let (snap, _): (SourceSnapshot, usize) =
-                bincode::serde::decode_from_slice(s, bincode::config::standard()).map_err(|e| {
-                    KafkaError::RecoveryRefused(format!(
-                        "the Kafka source's checkpoint state is unreadable: {e}"
-                    ))
-                })?;
-            if snap.version != SOURCE_SNAPSHOT_VERSION {
-                return Err(KafkaError::Config(format!(
-                    "the Kafka source's checkpoint state has version {}, this weir reads version {}",
-                    snap.version, SOURCE_SNAPSHOT_VERSION
-                ))
-                .into());
-            }
-            all.extend(snap.partitions);
+            let (partitions, event_time) = decode_snapshot(s)?;
+            all.extend(partitions);
+            self.restored_event_time.extend(event_time);
         }
         self.restored = Some(all);
         Ok(())
@@ -653,13 +707,17 @@ impl<T: 'static> SourceFunction<T> for KafkaSourceFunction<T> {
             })
             .collect::<Vec<_>>()
             .join(", ");
-        let snap = SourceSnapshot {
-            version: SOURCE_SNAPSHOT_VERSION,
-            partitions,
-        };
-        let bytes = bincode::serde::encode_to_vec(&snap, bincode::config::standard())
-            .map_err(|e| weir_core::Error::Codec(e.to_string()))?;
-        Ok(Some((bytes, summary)))
+        let event_time: Vec<PartEventTime> = self
+            .parts
+            .iter()
+            .filter(|p| p.max_ts != MIN_WATERMARK)
+            .map(|p| PartEventTime {
+                topic: p.state.topic.clone(),
+                partition: p.state.partition,
+                max_ts: p.max_ts,
+            })
+            .collect();
+        Ok(Some((encode_snapshot(partitions, &event_time)?, summary)))
     }
 
     fn notify_complete(&mut self, _id: CheckpointId) -> weir_core::Result<()> {
@@ -671,5 +729,58 @@ impl<T: 'static> SourceFunction<T> for KafkaSourceFunction<T> {
             tracing::debug!("committing offsets for monitoring: {e}");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(partition: i32, next: i64) -> PartState {
+        PartState {
+            topic: "in".into(),
+            partition,
+            next,
+            end: None,
+        }
+    }
+
+    #[test]
+    fn snapshots_keep_each_partitions_event_time() {
+        let event_time = vec![PartEventTime {
+            topic: "in".into(),
+            partition: 1,
+            max_ts: 41_000,
+        }];
+        let bytes = encode_snapshot(vec![part(0, 7), part(1, 9)], &event_time).unwrap();
+        let (partitions, restored) = decode_snapshot(&bytes).unwrap();
+        assert_eq!(partitions, vec![part(0, 7), part(1, 9)]);
+        assert_eq!(restored, event_time);
+    }
+
+    #[test]
+    fn version_1_snapshots_still_restore_without_event_time() {
+        let v1 = SourceSnapshot {
+            version: 1,
+            partitions: vec![part(3, 12)],
+        };
+        let bytes = bincode::serde::encode_to_vec(&v1, bincode::config::standard()).unwrap();
+        let (partitions, event_time) = decode_snapshot(&bytes).unwrap();
+        assert_eq!(partitions, vec![part(3, 12)]);
+        assert!(event_time.is_empty());
+    }
+
+    #[test]
+    fn a_newer_snapshot_version_is_refused_with_what_to_do() {
+        let v3 = SourceSnapshot {
+            version: 3,
+            partitions: vec![],
+        };
+        let bytes = bincode::serde::encode_to_vec(&v3, bincode::config::standard()).unwrap();
+        let e = decode_snapshot(&bytes).unwrap_err().to_string();
+        assert!(
+            e.contains("has version 3") && e.contains("restore with a newer weir"),
+            "{e}"
+        );
     }
 }
