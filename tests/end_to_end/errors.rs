@@ -429,3 +429,51 @@ fn a_checkpoint_directory_of_another_job_is_refused() {
     let (explicit, _) = job("payments", Some(checkpoint));
     explicit.unwrap();
 }
+
+/// A new version of a job drops its watermark assigner (which kept nothing but its
+/// watermark) and resumes from the old version's checkpoint; dropping an operator that
+/// holds state is still refused, naming it.
+#[test]
+fn dropping_a_watermark_assigner_keeps_the_checkpoint_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = |with_watermarks: bool, with_sums: bool| {
+        let env = Env::new()
+            .parallelism(1)
+            .checkpoints(CheckpointConfig::new(dir.path()).interval(std::time::Duration::ZERO));
+        let mut input = env
+            .from_timestamped(vec![(("a".to_string(), 1i64), 10), (("a".into(), 2), 20)])
+            .uid("input");
+        if with_watermarks {
+            input = input.with_watermarks(WatermarkStrategy::monotonous());
+        }
+        let out = if with_sums {
+            input
+                .key_by(|(k, _)| k.clone())
+                .reduce(|a, b| (a.0, a.1 + b.1))
+                .uid("sum")
+                .collect()
+        } else {
+            input.collect()
+        };
+        (env.execute("versions"), out)
+    };
+    let (first, sums) = job(true, true);
+    first.unwrap();
+    assert_eq!(sums.sorted(), vec![("a".into(), 1), ("a".into(), 3)]);
+
+    // The final checkpoint holds the assigner's watermark; the new version has no
+    // assigner, resumes after the end and reads nothing more.
+    let (second, sums) = job(false, true);
+    second.expect("a checkpoint whose only missing operator kept no state must restore");
+    assert!(sums.sorted().is_empty());
+
+    let (third, _) = job(false, false);
+    let e = third.unwrap_err();
+    assert_mentions(
+        &e,
+        &[
+            "holds state of operator 'sum'",
+            "give the operator the same uid",
+        ],
+    );
+}

@@ -336,6 +336,23 @@ impl Checkpointed for WatermarkHooks {
     }
 }
 
+/// True when `snap` is what [`WatermarkHooks`] writes and nothing else: a watermark, no
+/// state. A new version of a job may drop such an operator (a `with_watermarks` it no
+/// longer has) and still restore the checkpoint: nothing is lost.
+pub fn is_watermark_only(snap: &OperatorSnapshot) -> bool {
+    let Some(bytes) = &snap.operator else {
+        return false;
+    };
+    let Ok(wm) = codec::decode::<Timestamp>(bytes) else {
+        return false;
+    };
+    snap.keyed.is_empty()
+        && snap.files.is_empty()
+        && snap.deferred.is_empty()
+        && codec::encode(&wm).is_ok_and(|b| &b == bytes)
+        && snap.description.as_deref() == Some(format!("watermark {}", describe(wm)).as_str())
+}
+
 fn describe(wm: Timestamp) -> String {
     match wm {
         MIN_WATERMARK => "none yet".into(),
@@ -699,5 +716,21 @@ mod tests {
         // still idle, so channel 1 alone decides
         assert_eq!(t.on_watermark(1, 150), Some(150));
         assert!(!t.all_idle());
+    }
+
+    #[test]
+    fn only_a_watermark_assigners_own_snapshot_counts_as_watermark_only() {
+        let mut hooks = WatermarkHooks {
+            emitted: Rc::new(Cell::new(1_234)),
+        };
+        let snap = hooks.snapshot(CheckpointId(1)).unwrap();
+        assert!(is_watermark_only(&snap));
+        let mut with_state = snap.clone();
+        with_state.keyed.insert("t".into(), Default::default());
+        assert!(!is_watermark_only(&with_state));
+        let mut other_bytes = snap.clone();
+        other_bytes.description = Some("position 1234".into());
+        assert!(!is_watermark_only(&other_bytes));
+        assert!(!is_watermark_only(&OperatorSnapshot::default()));
     }
 }

@@ -245,6 +245,32 @@ fn decode_state_file(bytes: &[u8]) -> Result<OperatorSnapshot> {
 }
 
 /// Loads every operator's snapshots and splits them for the job's current parallelism.
+/// True when no subtask of `op` in the checkpoint at `path` holds state: no keyed state,
+/// no operator state, no files beyond its state file; a watermark assigner's watermark
+/// alone does not count.
+fn holds_no_state(
+    storage: &CheckpointStorage,
+    path: &Path,
+    op: &weir_checkpoint::OperatorManifest,
+) -> Result<bool> {
+    for st in &op.subtasks {
+        if st.files.iter().any(|f| !f.name.ends_with(".state")) {
+            return Ok(false);
+        }
+        for f in &st.files {
+            let bytes = storage.read_file(path, f).map_err(storage_err)?;
+            let snap = decode_state_file(&bytes).map_err(|e| {
+                Error::Config(format!("{}: cannot decode {}: {e}", path.display(), f.name))
+            })?;
+            let empty = snap.keyed.is_empty() && snap.operator.is_none() && snap.files.is_empty();
+            if !empty && !weir_core::watermark::is_watermark_only(&snap) {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}
+
 pub(crate) fn restore_map(
     storage: &CheckpointStorage,
     manifest: &Manifest,
@@ -272,6 +298,12 @@ pub(crate) fn restore_map(
         .collect();
     for op in &manifest.operators {
         if !ids.contains_key(&op.uid) {
+            // An operator that kept nothing but its watermark (a `with_watermarks` that
+            // the new version of the job no longer has) loses nothing by being left out.
+            if holds_no_state(storage, path, op)? {
+                tracing::info!(operator = %op.uid, "the checkpoint's operator is not in this job and held no state: left out");
+                continue;
+            }
             return Err(Error::Config(format!(
                 "checkpoint {} holds state of operator '{}' ({}) that this job does not have; give the \
                  operator the same uid as before, or start without this checkpoint",
