@@ -240,6 +240,18 @@ fn only_process_functions_declare_side_outputs() {
 }
 
 #[test]
+#[should_panic(expected = "operator 'reduce' cannot declare side output 'late'")]
+fn a_rolling_reduce_declares_no_side_outputs() {
+    let env = Env::new();
+    let late = OutputTag::<(i64, i64)>::new("late");
+    let _ = env
+        .from_collection(vec![(1i64, 1i64)])
+        .key_by(|(k, _)| *k)
+        .reduce(|a, b| (a.0, a.1 + b.1))
+        .with_side_output(&late);
+}
+
+#[test]
 fn an_error_of_the_state_factory_fails_the_job_naming_the_operator() {
     struct Never;
     impl KeyedProcessFunction<i64, i64, i64> for Never {

@@ -126,13 +126,15 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
     /// Rolling reduce: after each record, emits the reduction of all records of its key so far.
     pub fn reduce(&self, f: impl Fn(T, T) -> T + Send + Sync + 'static) -> Stream<T> {
         let f: Arc<dyn Fn(T, T) -> T + Send + Sync> = Arc::new(f);
-        self.process_with_state(move |state| {
+        let out = self.process_with_state(move |state| {
             Ok(RollingReduce {
                 f: f.clone(),
                 acc: state.value_state("reduce")?,
             })
-        })
-        .name("reduce")
+        });
+        // Built on a process function, but a user cannot emit to side outputs from it.
+        out.p.refuse_side_outputs(out.node);
+        out.name("reduce")
     }
 
     /// Rolling aggregate: after each record, emits the aggregate of its key so far.
@@ -141,13 +143,15 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
         agg: impl AggregateFunction<T, Acc, O>,
     ) -> Stream<O> {
         let agg: Arc<dyn AggregateFunction<T, Acc, O>> = Arc::new(agg);
-        self.process_with_state(move |state| {
+        let out = self.process_with_state(move |state| {
             Ok(RollingAggregate {
                 agg: agg.clone(),
                 acc: state.value_state("aggregate")?,
             })
-        })
-        .name("aggregate")
+        });
+        // Built on a process function, but a user cannot emit to side outputs from it.
+        out.p.refuse_side_outputs(out.node);
+        out.name("aggregate")
     }
 
     /// Groups each key's records into event-time windows.

@@ -164,6 +164,12 @@ impl Pipeline {
         self.inner.borrow_mut().side_decls.insert(node, decls);
     }
 
+    /// `node` runs on a process function but is not one to the user (a rolling reduce or
+    /// aggregate): it takes no side outputs.
+    pub(crate) fn refuse_side_outputs(&self, node: NodeId) {
+        self.inner.borrow_mut().side_decls.remove(&node);
+    }
+
     pub(crate) fn side_decls(&self, node: NodeId) -> Option<SideDecls> {
         self.inner.borrow().side_decls.get(&node).cloned()
     }
