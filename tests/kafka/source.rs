@@ -425,3 +425,132 @@ fn per_partition_watermarks_wait_for_the_slowest_partition_until_it_is_idle() {
         }
     }
 }
+
+/// Produces `(partition, key, timestamp)` records and waits until the broker has them.
+fn produce_at(topic: &str, records: &[(i32, &str, i64)]) {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .create()
+        .unwrap();
+    for (part, key, ts) in records {
+        p.send(
+            BaseRecord::to(topic)
+                .partition(*part)
+                .key(key.as_bytes())
+                .payload(b"1")
+                .timestamp(*ts),
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    }
+    p.flush(Duration::from_secs(10)).unwrap();
+}
+
+/// Each partition's event time is part of the source's checkpoint state: after a stop with
+/// a savepoint and a restore at another parallelism (2 → 1, both partitions now in one
+/// subtask), a new record on partition 0 alone advances the watermark to
+/// min(partition 0, partition 1 as restored). Without the partitions' event time in the
+/// checkpoint, partition 1 would count as "no record yet" and hold the watermark at the
+/// restored low mark until it got a record, so the timer below would not fire.
+#[test]
+fn per_partition_event_time_survives_a_savepoint_and_a_rescale() {
+    let topic = unique("in-wm-restore");
+    create_topic(&topic, 2);
+    let base = 1_000_000i64;
+    let mut first: Vec<(i32, &str, i64)> = Vec::new();
+    for i in 0..20 {
+        first.push((0, "a", base + i * 100)); // partition 0 up to base + 1900
+        first.push((1, "b", base + 5_000 + i * 100)); // partition 1 up to base + 6900
+    }
+    produce_at(&topic, &first);
+    let dir = tempfile::tempdir().unwrap();
+
+    /// Passes records on; on each, sets an event-time timer 500 ms after its timestamp and
+    /// reports the firing.
+    struct Timer;
+    impl KeyedProcessFunction<String, (String, i64), (String, i64)> for Timer {
+        fn process(
+            &mut self,
+            v: (String, i64),
+            ctx: &mut KeyedContext<'_, String, (String, i64)>,
+        ) -> weir::Result<()> {
+            ctx.register_event_time_timer(v.1 + 500);
+            ctx.emit(v);
+            Ok(())
+        }
+        fn on_timer(
+            &mut self,
+            time: Timestamp,
+            _d: TimeDomain,
+            ctx: &mut KeyedContext<'_, String, (String, i64)>,
+        ) -> weir::Result<()> {
+            ctx.emit((format!("timer {}", ctx.key()), time));
+            Ok(())
+        }
+    }
+    let run = |parallelism: usize| {
+        let env = Env::new()
+            .parallelism(parallelism)
+            .checkpoints(CheckpointConfig::new(dir.path()).interval(Duration::from_millis(100)));
+        let source = KafkaSource::new(broker(), [topic.clone()])
+            .watermarks(0, None)
+            .deserializer(|r| {
+                let key = String::from_utf8_lossy(r.key.unwrap_or_default()).into_owned();
+                Ok((key, r.timestamp.ok_or("no timestamp")?))
+            });
+        let (tx, rx) = mpsc::channel::<(String, i64)>();
+        env.source("kafka", source.factory())
+            .uid("kafka")
+            .key_by(|(k, _): &(String, i64)| k.clone())
+            .process(|| Timer)
+            .uid("timers")
+            .for_each(move || {
+                let tx = tx.clone();
+                move |v, _ts| {
+                    let _ = tx.send(v);
+                    Ok(())
+                }
+            });
+        (env.execute_async("event-time").unwrap(), rx)
+    };
+    let deadline = Duration::from_secs(60);
+
+    // The first run reads all 40 records at parallelism 2, then stops with a savepoint.
+    let (job, rx) = run(2);
+    let mut records = 0;
+    while records < 40 {
+        let (k, _) = rx.recv_timeout(deadline).expect("the first run stalled");
+        if !k.starts_with("timer") {
+            records += 1;
+        }
+    }
+    job.stop_with_savepoint();
+    let result = join_within(job, deadline).expect("the first run failed");
+    assert!(result.stopped_with_savepoint);
+
+    // Resumed at parallelism 1: a record on partition 0 at base + 3000 moves partition 0's
+    // watermark to base + 2999; partition 1 stands at base + 6899 (restored), so the
+    // source's watermark becomes base + 2999, and the timers of "a" still pending from the
+    // first run (base + 1900 to base + 2400; its watermark had reached base + 1899) fire
+    // while the job runs. Those of "b" (base + 5500 and later) do not.
+    let (job, rx) = run(1);
+    produce_at(&topic, &[(0, "a", base + 3_000)]);
+    let want: Vec<(String, i64)> = (19..=24)
+        .map(|i| ("timer a".to_string(), base + i * 100))
+        .collect();
+    let mut fired = Vec::new();
+    while fired.len() < want.len() {
+        match rx.recv_timeout(deadline) {
+            Ok(v) if v.0.starts_with("timer") => fired.push(v),
+            Ok(_) => continue,
+            Err(_) => panic!(
+                "after the restore only {fired:?} fired within {deadline:?}: partition 1's event time was not restored"
+            ),
+        }
+    }
+    job.cancel();
+    let _ = join_within(job, deadline);
+    assert_eq!(fired, want);
+}
