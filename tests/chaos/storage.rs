@@ -57,12 +57,14 @@ fn weir_list(dir: &Path) -> String {
 
 #[test]
 fn a_savepoint_that_fails_or_dies_while_written_leaves_no_directory() {
+    // 2,000 lines per second per subtask: the input lasts 10 s, well past every step below
+    // even on a loaded machine (each run is killed long before its end).
     let s = Scenario::new(40_000, 20, 21);
 
     // 1. Writing the savepoint fails after its files are written (the fail point panics on
     //    the checkpoint writer thread): the savepoint is aborted, the job goes on.
     let mut child = s
-        .command(2, Some(5_000), 50)
+        .command(2, Some(2_000), 50)
         .env("WEIR_FAILPOINTS", "savepoint.before_metadata=panic")
         .spawn()
         .expect("start file_sum");
@@ -103,7 +105,7 @@ fn a_savepoint_that_fails_or_dies_while_written_leaves_no_directory() {
     //    the next run removes it once a newer checkpoint is complete.
     let first_run = latest_checkpoint(&s.checkpoints).expect("a checkpoint");
     let mut child = s
-        .command(2, Some(5_000), 50)
+        .command(2, Some(2_000), 50)
         .env("WEIR_FAILPOINTS", "savepoint.before_metadata=kill")
         .spawn()
         .expect("start file_sum");
