@@ -87,6 +87,8 @@ pub(crate) struct TaskSpec {
     pub restore: HashMap<usize, RestoreState>,
     /// Opens once every task of the attempt has built (restored and opened) its operators.
     pub start: Arc<StartGate>,
+    /// The task's figures: records, watermarks, idle and backpressured time.
+    pub metrics: Arc<crate::status::TaskMetrics>,
 }
 
 /// Holds the sources back until every task of an attempt has restored and opened its
@@ -165,6 +167,8 @@ pub(crate) struct JobShared {
     pub cancel: AtomicBool,
     /// Savepoint requests from the user: 1 = take one, 2 = take one and stop.
     pub savepoint_request: std::sync::atomic::AtomicU8,
+    /// What the job reports about itself (the REST API's views).
+    pub status: Arc<crate::status::JobStatus>,
 }
 
 /// Wall-clock time in ms since the Unix epoch.
@@ -181,6 +185,8 @@ struct Builder<'a> {
     writers: &'a mut HashMap<WriterKey, Box<dyn Any + Send>>,
     restore: &'a HashMap<usize, RestoreState>,
     participants: &'a Participants,
+    /// Set when operators count their records (the job serves its REST API).
+    metrics: Option<&'a crate::status::TaskMetrics>,
 }
 
 impl Builder<'_> {
@@ -193,7 +199,17 @@ impl Builder<'_> {
             for c in &job.plan.consumers[node][port] {
                 if job.plan.chained[c.node] {
                     match self.build_node(c.node)? {
-                        Built::Operator { mut inputs, .. } => list.push(inputs.swap_remove(0)),
+                        Built::Operator { mut inputs, .. } => {
+                            let input = inputs.swap_remove(0);
+                            list.push(match self.metrics.and_then(|m| m.node(c.node)) {
+                                Some(m) => port_type.counted(
+                                    input,
+                                    m.records_in[0].clone(),
+                                    m.watermark_in.clone(),
+                                ),
+                                None => input,
+                            });
+                        }
                         Built::Source(_) => {
                             return Err(Error::Config(
                                 "internal: a source cannot be chained".into(),
@@ -208,7 +224,13 @@ impl Builder<'_> {
                     list.push(port_type.writer_output(w));
                 }
             }
-            outputs.push(port_type.fan_out(list));
+            let out = port_type.fan_out(list);
+            outputs.push(match self.metrics.and_then(|m| m.node(node)) {
+                Some(m) => {
+                    port_type.counted(out, m.records_out[port].clone(), m.watermark_out.clone())
+                }
+                None => out,
+            });
         }
         let restore = self.restore.get(&node);
         let backend = &job.cfg.state_backend;
@@ -293,8 +315,34 @@ impl Checkpoints<'_> {
     }
 }
 
+/// Ends a task's accounting when its thread leaves [`run`], however it leaves.
+struct Accounting<'a>(&'a crate::status::TaskMetrics);
+
+impl Drop for Accounting<'_> {
+    fn drop(&mut self) {
+        weir_core::exchange::account_backpressure(None);
+        self.0.ended();
+    }
+}
+
+/// Wraps a multi-input operator's control sink to keep the watermarks that reach it.
+struct WatermarkSeen(Box<dyn ControlSink>, Arc<std::sync::atomic::AtomicI64>);
+
+impl ControlSink for WatermarkSeen {
+    fn control(&mut self, event: Control) -> Result<()> {
+        if let Control::Watermark(w) = event {
+            self.1.store(w, Ordering::Relaxed);
+        }
+        self.0.control(event)
+    }
+}
+
 /// Builds and runs one task to completion.
 pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
+    let metrics = spec.metrics.clone();
+    let _accounting = Accounting(&metrics);
+    weir_core::exchange::account_backpressure(Some(metrics.backpressured_ns.clone()));
+    let counted = job.status.detailed.then_some(&*metrics);
     let participants = Participants::default();
     let mut writers = std::mem::take(&mut spec.writers);
     let built = Builder {
@@ -303,6 +351,7 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
         writers: &mut writers,
         restore: &spec.restore,
         participants: &participants,
+        metrics: counted,
     }
     .build_node(spec.head)?;
     spec.start.arrive();
@@ -315,20 +364,58 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
     };
     match built {
         Built::Source(src) => {
+            let waiting = Instant::now();
             ck.spec.start.wait(&ck.spec.cancel)?;
+            metrics.idle(waiting.elapsed());
             run_source(job, src, &mut ck)
         }
         Built::Operator { inputs, control } => {
             let node = &job.graph.nodes[spec.head];
+            let cells = counted.and_then(|m| m.node(spec.head));
+            let control = match (control, cells) {
+                (Some(c), Some(m)) => {
+                    Some(Box::new(WatermarkSeen(c, m.watermark_in.clone())) as Box<dyn ControlSink>)
+                }
+                (c, _) => c,
+            };
             let mut gates: Vec<Box<dyn InputGate>> = Vec::with_capacity(inputs.len());
-            for ((edge, input), readers) in node.inputs.iter().zip(inputs).zip(readers.iter_mut()) {
+            for (gate, ((edge, input), readers)) in node
+                .inputs
+                .iter()
+                .zip(inputs)
+                .zip(readers.iter_mut())
+                .enumerate()
+            {
                 let readers = readers
                     .take()
                     .ok_or_else(|| Error::Config("internal: missing readers".into()))?;
+                let input = match cells {
+                    Some(m) => job.graph.nodes[edge.from.0].outputs[edge.port].counted(
+                        input,
+                        m.records_in[gate].clone(),
+                        m.watermark_in.clone(),
+                    ),
+                    None => input,
+                };
                 gates.push(edge.exchange.bind(readers, input)?);
             }
             run_operator(job, gates, control, &mut ck)
         }
+    }
+}
+
+/// Adds the time until it is dropped to the task's idle time.
+struct IdleTimer<'a>(&'a crate::status::TaskMetrics, Instant);
+
+impl<'a> IdleTimer<'a> {
+    fn start(m: &'a crate::status::TaskMetrics) -> Self {
+        IdleTimer(m, Instant::now())
+    }
+}
+
+impl Drop for IdleTimer<'_> {
+    fn drop(&mut self) {
+        self.0.idle(self.1.elapsed());
     }
 }
 
@@ -354,6 +441,7 @@ fn run_source(
             return Err(Error::Cancelled);
         }
         let cmd = if finished {
+            let _idle = IdleTimer::start(&ck.spec.metrics);
             match ck.spec.commands.recv_timeout(Duration::from_millis(10)) {
                 Ok(c) => Some(c),
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
@@ -394,7 +482,10 @@ fn run_source(
         }
         match status {
             SourceStatus::More => {}
-            SourceStatus::Idle(ms) => std::thread::sleep(Duration::from_millis(ms.clamp(1, 50))),
+            SourceStatus::Idle(ms) => {
+                let _idle = IdleTimer::start(&ck.spec.metrics);
+                std::thread::sleep(Duration::from_millis(ms.clamp(1, 50)))
+            }
             SourceStatus::Finished => {
                 src.control(Control::Watermark(MAX_WATERMARK))?;
                 if !checkpointing {
@@ -539,7 +630,10 @@ fn run_operator(
                 }
             }
             let cmd_index = sel.recv(&commands);
-            match sel.select_timeout(Duration::from_millis(10)) {
+            let waited = IdleTimer::start(&ck.spec.metrics);
+            let selected = sel.select_timeout(Duration::from_millis(10));
+            drop(waited);
+            match selected {
                 Ok(op) if op.index() == cmd_index => match op.recv(&commands) {
                     Ok(cmd) => Some(Got::Command(cmd)),
                     Err(_) => return Err(Error::Cancelled),
@@ -615,6 +709,7 @@ fn run_operator(
         if cancelled(ck) {
             return Err(Error::Cancelled);
         }
+        let _idle = IdleTimer::start(&ck.spec.metrics);
         match commands.recv_timeout(Duration::from_millis(10)) {
             Ok(cmd) => ck.on_command(cmd)?,
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
