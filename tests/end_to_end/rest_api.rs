@@ -588,3 +588,70 @@ fn check(schemas: &serde_json::Value, schema: &str, value: &serde_json::Value, a
         }
     }
 }
+
+/// `file_sum --web 127.0.0.1:0`: the example serves the API while it runs, and a stop with
+/// a savepoint through it ends the process as `weir savepoint stop` does.
+#[test]
+fn file_sum_serves_the_api_and_stops_with_a_savepoint_through_it() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.csv");
+    let lines: String = (0..100_000)
+        .map(|i| format!("k{},{}\n", i % 10, i))
+        .collect();
+    std::fs::write(&input, lines).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_file_sum"))
+        .arg("--input")
+        .arg(&input)
+        .arg("--output")
+        .arg(dir.path().join("out"))
+        .arg("--checkpoint-dir")
+        .arg(dir.path().join("ck"))
+        .args(["--checkpoint-interval-ms", "100", "--max-rate", "2000"])
+        .args(["--state", "memory", "--web", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let addr: std::net::SocketAddr = loop {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "file_sum ended early"
+        );
+        if let Some(rest) = line.trim().strip_prefix("file_sum: REST API at http://") {
+            break rest.trim_end_matches("/v1/job").parse().unwrap();
+        }
+    };
+    // Drain the rest of standard error so the process never blocks on it.
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    wait_for("file_sum to run and checkpoint", JOB_DEADLINE, || {
+        let job = rest::get(addr, "/v1/job");
+        job["state"] == "RUNNING" && rest::get(addr, "/v1/checkpoints")["counts"]["completed"] != 0
+    });
+    let ops = rest::get(addr, "/v1/operators");
+    let names: Vec<&str> = ops["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"parse") && names.contains(&"running-sum"),
+        "{names:?}"
+    );
+    assert!(
+        operator(&ops, "parse")["records_in"].as_u64().unwrap() > 0,
+        "{ops:#}"
+    );
+    let (status, body) = rest::post(addr, "/v1/savepoints", r#"{"stop": true}"#);
+    assert_eq!(status, 202, "{body}");
+    let status = weir_tests::wait_within(&mut child, JOB_DEADLINE);
+    assert!(status.success(), "{status:?}");
+    let mut out = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    let path = weir_tests::operator::stopped_with(&out).expect("a savepoint path");
+    assert!(path.join("_metadata").exists(), "{out}");
+}
