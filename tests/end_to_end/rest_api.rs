@@ -655,3 +655,70 @@ fn file_sum_serves_the_api_and_stops_with_a_savepoint_through_it() {
     let path = weir_tests::operator::stopped_with(&out).expect("a savepoint path");
     assert!(path.join("_metadata").exists(), "{out}");
 }
+
+/// A cluster's coordinator serves the API for the whole job: its state, graph, checkpoints
+/// acknowledged by the workers' tasks, and a stop with a savepoint that ends every worker.
+#[test]
+fn a_cluster_coordinator_serves_the_api_and_stops_the_cluster_through_it() {
+    use weir::cluster::{ClusterConfig, join};
+    let address = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let release = Arc::new(AtomicBool::new(false));
+    let build = |env: &Env| {
+        held(env, 100, &release)
+            .key_by(|v| v % 2)
+            .reduce(|a, b| a + b)
+            .name("sum")
+            .discard();
+    };
+    let coordinator = Env::new()
+        .parallelism(2)
+        .web_address("127.0.0.1:0")
+        .checkpoints(CheckpointConfig::new(dir.path()).interval(Duration::from_millis(20)))
+        .cluster(ClusterConfig::coordinator(&address, 1, vec![]));
+    build(&coordinator);
+    let handle = coordinator.execute_async("rest-cluster").unwrap();
+    let addr = handle.web_address().unwrap();
+    let worker = {
+        let address = address.clone();
+        let dir = dir.path().to_path_buf();
+        let release = release.clone();
+        std::thread::spawn(move || {
+            let joined = join(&address, 2, Duration::from_secs(30)).expect("join");
+            let env = Env::new()
+                .parallelism(2)
+                .checkpoints(CheckpointConfig::new(&dir).interval(Duration::from_millis(20)))
+                .cluster(ClusterConfig::worker(joined));
+            held(&env, 100, &release)
+                .key_by(|v| v % 2)
+                .reduce(|a, b| a + b)
+                .name("sum")
+                .discard();
+            env.execute("rest-cluster")
+        })
+    };
+    wait_for(
+        "a checkpoint of the cluster",
+        Duration::from_secs(30),
+        || rest::get(addr, "/v1/checkpoints")["counts"]["completed"] != 0,
+    );
+    let job = rest::get(addr, "/v1/job");
+    assert_eq!(job["state"], "RUNNING", "{job:#}");
+    assert_eq!(job["attempt"], 1);
+    let ops = rest::get(addr, "/v1/operators");
+    assert_eq!(operator(&ops, "sum")["parallelism"], 2);
+    assert_eq!(ops["edges"].as_array().unwrap().len(), 2);
+    let ck = rest::get(addr, "/v1/checkpoints");
+    let latest = &ck["latest_completed"];
+    // The source and two subtasks of sum+discard, all on the worker.
+    assert_eq!(latest["acks"].as_array().unwrap().len(), 3, "{ck:#}");
+
+    let (status, body) = rest::post(addr, "/v1/savepoints", r#"{"stop": true}"#);
+    assert_eq!(status, 202, "{body}");
+    let result = join_within(handle, Duration::from_secs(30)).unwrap();
+    assert!(result.stopped_with_savepoint);
+    worker.join().unwrap().expect("the worker ends cleanly");
+}
