@@ -89,6 +89,7 @@ fn the_api_shows_the_graph_while_running_and_exact_counts_at_the_end() {
     assert_eq!(job["name"], "rest-graph");
     assert_eq!(job["parallelism"], 2);
     assert_eq!(job["checkpointing"], true);
+    assert_eq!(job["cluster"], serde_json::Value::Null);
     assert!(job["start_time_ms"].as_i64().unwrap() > 0);
 
     // Running: every record read, all of them through every operator.
@@ -708,6 +709,11 @@ fn a_cluster_coordinator_serves_the_api_and_stops_the_cluster_through_it() {
     let job = rest::get(addr, "/v1/job");
     assert_eq!(job["state"], "RUNNING", "{job:#}");
     assert_eq!(job["attempt"], 1);
+    let cluster = &job["cluster"];
+    assert_eq!(cluster["address"], address.as_str(), "{job:#}");
+    assert_eq!(cluster["slots"], 2);
+    assert_eq!(cluster["workers"].as_array().unwrap().len(), 1);
+    assert_eq!(cluster["workers"][0]["tasks"], 3, "{job:#}");
     let ops = rest::get(addr, "/v1/operators");
     assert_eq!(operator(&ops, "sum")["parallelism"], 2);
     assert_eq!(ops["edges"].as_array().unwrap().len(), 2);

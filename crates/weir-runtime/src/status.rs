@@ -258,7 +258,12 @@ pub(crate) struct JobStatus {
     checkpoint_config: Option<serde_json::Value>,
     inner: Mutex<Inner>,
     samples: Mutex<VecDeque<Sample>>,
+    /// A cluster coordinator's workers and slots, for `/v1/job`.
+    cluster: Mutex<Option<ClusterView>>,
 }
+
+/// Describes a cluster's workers and slots as JSON.
+pub(crate) type ClusterView = Box<dyn Fn() -> serde_json::Value + Send + Sync>;
 
 fn partitioning(k: PartitionKind) -> &'static str {
     match k {
@@ -353,6 +358,7 @@ impl JobStatus {
                 exceptions: VecDeque::new(),
             }),
             samples: Mutex::new(VecDeque::new()),
+            cluster: Mutex::new(None),
         }
     }
 
@@ -361,6 +367,11 @@ impl JobStatus {
     }
 
     // ---- fed by the runtime ----
+
+    /// The job runs as a cluster's coordinator: `view` describes its workers and slots.
+    pub(crate) fn set_cluster_view(&self, view: ClusterView) {
+        *self.cluster.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
+    }
 
     /// The figures of a new task of the current attempt (registered for the views).
     pub(crate) fn task(
@@ -609,6 +620,12 @@ impl JobStatus {
 
     /// `GET /v1/job`.
     pub(crate) fn job_view(&self) -> serde_json::Value {
+        let cluster = self
+            .cluster
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|f| f());
         let i = self.inner();
         let now = crate::task::now_ms();
         let end = i.ended_ms.unwrap_or(now);
@@ -625,6 +642,7 @@ impl JobStatus {
             "checkpointing": self.checkpoint_config.is_some(),
             "stopped_with_savepoint": i.stopped_with_savepoint,
             "failure": i.failure,
+            "cluster": cluster,
         })
     }
 

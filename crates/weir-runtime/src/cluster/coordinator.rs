@@ -127,6 +127,21 @@ pub(crate) fn run(
         ),
     });
     rt.spawn(accept(listener, shared.clone()));
+    // The REST API's view of the workers and slots (weak: the status outlives nothing here).
+    let weak = Arc::downgrade(&shared);
+    job.status.set_cluster_view(Box::new(move || {
+        let Some(shared) = weak.upgrade() else {
+            return serde_json::Value::Null;
+        };
+        let s = admin::answer(&shared, crate::cluster::wire::AdminRequest::Status);
+        serde_json::json!({
+            "role": "coordinator",
+            "address": address.to_string(),
+            "phase": s["state"],
+            "workers": s["workers"],
+            "slots": s["slots"],
+        })
+    }));
     let mut executor = ClusterExecutor {
         shared: shared.clone(),
         changed: changed_rx,
