@@ -728,3 +728,98 @@ fn a_cluster_coordinator_serves_the_api_and_stops_the_cluster_through_it() {
     assert!(result.stopped_with_savepoint);
     worker.join().unwrap().expect("the worker ends cleanly");
 }
+
+/// Runs `weir job ARGS`; its exit success, standard output and standard error.
+fn weir_job(args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir-cli"))
+        .arg("job")
+        .args(args)
+        .output()
+        .expect("run weir job");
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+/// `weir job status|savepoint|cancel --web`: the CLI through the REST API, with the
+/// semantics of `weir savepoint trigger|stop` (wait for the savepoint, print its path).
+#[test]
+fn the_weir_cli_reads_status_takes_savepoints_stops_and_cancels_through_the_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let release = Arc::new(AtomicBool::new(false));
+    let env = Env::new()
+        .parallelism(2)
+        .web_address("127.0.0.1:0")
+        .checkpoints(CheckpointConfig::new(dir.path()).interval(Duration::from_millis(50)));
+    held(&env, 100, &release)
+        .key_by(|v| v % 2)
+        .reduce(|a, b| a + b)
+        .name("sum")
+        .discard();
+    let handle = env.execute_async("rest-cli").unwrap();
+    let web = handle.web_address().unwrap().to_string();
+    wait_for("100 records summed", JOB_DEADLINE, || {
+        operator(
+            &rest::get(handle.web_address().unwrap(), "/v1/operators"),
+            "sum",
+        )["records_in"]
+            == 100
+    });
+
+    let (ok, out, err) = weir_job(&["status", "--web", &web]);
+    assert!(ok, "{err}");
+    assert!(out.contains("job:             rest-cli\n"), "{out}");
+    assert!(out.contains("state:           RUNNING\n"), "{out}");
+    let sum_line = out.lines().find(|l| l.starts_with("sum ")).expect(&out);
+    assert!(sum_line.contains(" 100 "), "{out}");
+    let (ok, out, _) = weir_job(&["status", "--web", &web, "--json"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["job"]["name"], "rest-cli");
+
+    let (ok, out, err) = weir_job(&["savepoint", "--web", &web]);
+    assert!(ok, "{err}");
+    let first = std::path::PathBuf::from(out.trim());
+    assert!(first.join("_metadata").exists(), "{out}");
+    assert_eq!(
+        rest::get(handle.web_address().unwrap(), "/v1/job")["state"],
+        "RUNNING"
+    );
+
+    let (ok, out, err) = weir_job(&["savepoint", "--stop", "--web", &web]);
+    assert!(ok, "{err}");
+    let stopped = std::path::PathBuf::from(out.trim());
+    assert!(stopped.join("_metadata").exists(), "{out}");
+    assert_ne!(first, stopped);
+    let result = join_within(handle, JOB_DEADLINE).unwrap();
+    assert!(result.stopped_with_savepoint);
+    assert_eq!(result.savepoints.last(), Some(&stopped));
+
+    // The job is gone: the CLI says where it looked.
+    let (ok, _, err) = weir_job(&["status", "--web", &web, "--timeout-s", "2"]);
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("cannot reach the job's REST API at {web}")),
+        "{err}"
+    );
+
+    // Cancel, on a second job.
+    let release = Arc::new(AtomicBool::new(false));
+    let env = Env::new().parallelism(1).web_address("127.0.0.1:0");
+    held(&env, 10, &release).discard();
+    let handle = env.execute_async("rest-cli-cancel").unwrap();
+    let web = handle.web_address().unwrap().to_string();
+    let (ok, out, err) = weir_job(&["savepoint", "--web", &web]);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("answered 409") && err.contains("no checkpoints"),
+        "{err}"
+    );
+    let (ok, out, err) = weir_job(&["cancel", "--web", &web]);
+    assert!(ok, "{err}");
+    assert!(out.contains("cancelling"), "{out}");
+    let err = join_within(handle, JOB_DEADLINE).unwrap_err();
+    assert!(matches!(err, Error::Cancelled), "{err}");
+}

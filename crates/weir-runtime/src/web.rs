@@ -38,6 +38,30 @@ pub const ROUTES: &[(&str, &str)] = &[
 pub(crate) struct WebServer {
     address: SocketAddr,
     runtime: Option<tokio::runtime::Runtime>,
+    /// Closing it stops accepting connections.
+    closing: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Connections being served.
+    active: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// How long a stopping server waits for the answers it is writing (a savepoint request
+/// that waits for its savepoint answers as soon as the job has ended).
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// Counts a connection as active while it lives.
+struct Active(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Active {
+    fn new(n: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        n.fetch_add(1, Ordering::SeqCst);
+        Active(n.clone())
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl WebServer {
@@ -68,14 +92,23 @@ impl WebServer {
         };
         let status = job.status.clone();
         let app = router(job);
+        let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counting = active.clone();
+        let (closing, mut closed) = tokio::sync::oneshot::channel::<()>();
         runtime.spawn(async move {
             loop {
-                let Ok((stream, _)) = listener.accept().await else {
+                let accepted = tokio::select! {
+                    _ = &mut closed => break,
+                    a = listener.accept() => a,
+                };
+                let Ok((stream, _)) = accepted else {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 };
                 let app = app.clone();
+                let active = Active::new(&counting);
                 tokio::spawn(async move {
+                    let _active = active;
                     let io = hyper_util::rt::TokioIo::new(stream);
                     let service = hyper_util::service::TowerToHyperService::new(app);
                     let _ = hyper::server::conn::http1::Builder::new()
@@ -98,6 +131,8 @@ impl WebServer {
         Ok(WebServer {
             address: bound,
             runtime: Some(runtime),
+            closing: Some(closing),
+            active,
         })
     }
 
@@ -106,8 +141,16 @@ impl WebServer {
         self.address
     }
 
-    /// Stops serving: the listener closes and open connections are dropped.
+    /// Stops serving: the listener closes, answers being written get up to [`DRAIN`] to
+    /// finish, then open connections are dropped.
     pub(crate) fn stop(&mut self) {
+        if let Some(c) = self.closing.take() {
+            let _ = c.send(());
+        }
+        let deadline = std::time::Instant::now() + DRAIN;
+        while self.active.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_timeout(Duration::from_secs(1));
         }
@@ -216,26 +259,37 @@ fn ended(job: &JobShared) -> Option<Response> {
     ))
 }
 
+/// The body of `POST /v1/savepoints`: `{"stop": bool, "timeout_ms": N}`, both optional.
+fn savepoint_request(body: &[u8]) -> Option<(bool, Option<u64>)> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Some((false, None));
+    }
+    let serde_json::Value::Object(o) = serde_json::from_slice(body).ok()? else {
+        return None;
+    };
+    if !o.keys().all(|k| k == "stop" || k == "timeout_ms") {
+        return None;
+    }
+    let stop = match o.get("stop") {
+        None => false,
+        Some(v) => v.as_bool()?,
+    };
+    let timeout = match o.get("timeout_ms") {
+        None => None,
+        Some(v) => Some(v.as_u64()?),
+    };
+    Some((stop, timeout))
+}
+
 /// `POST /v1/savepoints` with an optional body `{"stop": true}`: the same request as
 /// `JobHandle::trigger_savepoint` / `stop_with_savepoint` and `weir savepoint trigger|stop`.
+/// With `"timeout_ms": N` the answer waits up to N ms for the savepoint and carries it.
 async fn savepoint(State(job): State<Arc<JobShared>>, body: Bytes) -> Response {
-    let stop = if body.iter().all(u8::is_ascii_whitespace) {
-        false
-    } else {
-        match serde_json::from_slice::<serde_json::Value>(&body) {
-            Ok(serde_json::Value::Object(o))
-                if o.keys().all(|k| k == "stop")
-                    && o.get("stop").is_none_or(|v| v.is_boolean()) =>
-            {
-                o.get("stop").and_then(|v| v.as_bool()).unwrap_or(false)
-            }
-            _ => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    "the body must be empty or a JSON object {\"stop\": true|false}",
-                );
-            }
-        }
+    let Some((stop, timeout)) = savepoint_request(&body) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the body must be empty or a JSON object {\"stop\": true|false, \"timeout_ms\": N}",
+        );
     };
     if let Some(r) = ended(&job) {
         return r;
@@ -247,10 +301,10 @@ async fn savepoint(State(job): State<Arc<JobShared>>, body: Bytes) -> Response {
         );
     }
     let latest = job.status.checkpoints_view()["history"][0]["id"].as_u64();
-    if stop {
-        job.savepoint_request.store(2, Ordering::SeqCst);
-    } else {
-        job.savepoint_request.fetch_max(1, Ordering::SeqCst);
+    let request = if stop { 2 } else { 1 };
+    job.savepoint_request.fetch_max(request, Ordering::SeqCst);
+    if let Some(ms) = timeout {
+        return wait_for_savepoint(&job, latest, request, Duration::from_millis(ms)).await;
     }
     (
         StatusCode::ACCEPTED,
@@ -261,6 +315,78 @@ async fn savepoint(State(job): State<Arc<JobShared>>, body: Bytes) -> Response {
         })),
     )
         .into_response()
+}
+
+/// Waits for the first savepoint with an id above `after` to complete or fail, the job to
+/// end, or `timeout`; withdraws the request on timeout if the job has not taken it.
+async fn wait_for_savepoint(
+    job: &JobShared,
+    after: Option<u64>,
+    request: u8,
+    timeout: Duration,
+) -> Response {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let ended = !job.status.is_running();
+        let view = job.status.checkpoints_view();
+        let found = view["history"].as_array().and_then(|h| {
+            h.iter()
+                .rev()
+                .find(|c| {
+                    c["kind"] == "savepoint"
+                        && c["id"].as_u64() > after
+                        && c["status"] != "IN_PROGRESS"
+                })
+                .cloned()
+        });
+        match found {
+            Some(c) if c["status"] == "COMPLETED" => {
+                let body = serde_json::json!({
+                    "accepted": true,
+                    "action": if request == 2 { "stop-with-savepoint" } else { "savepoint" },
+                    "after_checkpoint_id": after,
+                    "savepoint": c,
+                });
+                return (StatusCode::OK, axum::Json(body)).into_response();
+            }
+            Some(c) => {
+                return error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!(
+                        "savepoint {} failed: {}",
+                        c["id"],
+                        c["failure"].as_str().unwrap_or("unknown reason")
+                    ),
+                );
+            }
+            None if ended => {
+                return error(
+                    StatusCode::CONFLICT,
+                    "the job ended before it took the savepoint",
+                );
+            }
+            None => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let withdrawn = job
+                .savepoint_request
+                .compare_exchange(request, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok();
+            let message = if withdrawn {
+                format!(
+                    "no savepoint within {} ms; the job had not taken the request, which is withdrawn",
+                    timeout.as_millis()
+                )
+            } else {
+                format!(
+                    "no savepoint completed within {} ms; the job is taking it (watch /v1/checkpoints)",
+                    timeout.as_millis()
+                )
+            };
+            return error(StatusCode::GATEWAY_TIMEOUT, message);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// `POST /v1/job/cancel`: the same as `JobHandle::cancel`.
