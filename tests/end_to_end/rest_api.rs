@@ -657,8 +657,9 @@ fn file_sum_serves_the_api_and_stops_with_a_savepoint_through_it() {
     assert!(path.join("_metadata").exists(), "{out}");
 }
 
-/// A cluster's coordinator serves the API for the whole job: its state, graph, checkpoints
-/// acknowledged by the workers' tasks, and a stop with a savepoint that ends every worker.
+/// A cluster's coordinator serves the API for the whole job: its state, workers, graph, the
+/// figures its workers report, checkpoints acknowledged by the workers' tasks, and a stop
+/// with a savepoint that ends every worker.
 #[test]
 fn a_cluster_coordinator_serves_the_api_and_stops_the_cluster_through_it() {
     use weir::cluster::{ClusterConfig, join};
@@ -714,9 +715,22 @@ fn a_cluster_coordinator_serves_the_api_and_stops_the_cluster_through_it() {
     assert_eq!(cluster["slots"], 2);
     assert_eq!(cluster["workers"].as_array().unwrap().len(), 1);
     assert_eq!(cluster["workers"][0]["tasks"], 3, "{job:#}");
+    // The worker reports its tasks' figures with its heartbeats.
+    wait_for("the worker's figures", Duration::from_secs(30), || {
+        let ops = rest::get(addr, "/v1/operators");
+        operator(&ops, "sum")["records_in"] == 100 && operator(&ops, "discard")["records_in"] == 100
+    });
     let ops = rest::get(addr, "/v1/operators");
     assert_eq!(operator(&ops, "sum")["parallelism"], 2);
     assert_eq!(ops["edges"].as_array().unwrap().len(), 2);
+    assert_eq!(operator(&ops, "numbers")["records_out"], 100);
+    for s in operator(&ops, "sum")["subtasks"].as_array().unwrap() {
+        assert_eq!(s["running"], true, "{ops:#}");
+        let total = s["busy_ratio"].as_f64().unwrap()
+            + s["idle_ratio"].as_f64().unwrap()
+            + s["backpressured_ratio"].as_f64().unwrap();
+        assert!((total - 1.0).abs() < 1e-6, "{s:#}");
+    }
     let ck = rest::get(addr, "/v1/checkpoints");
     let latest = &ck["latest_completed"];
     // The source and two subtasks of sum+discard, all on the worker.
@@ -822,4 +836,70 @@ fn the_weir_cli_reads_status_takes_savepoints_stops_and_cancels_through_the_api(
     assert!(out.contains("cancelling"), "{out}");
     let err = join_within(handle, JOB_DEADLINE).unwrap_err();
     assert!(matches!(err, Error::Cancelled), "{err}");
+}
+
+/// Emits `count` numbers with event time = the number, then stays idle until `release`.
+struct HeldAt(Held);
+
+impl SourceFunction<i64> for HeldAt {
+    fn poll(&mut self, out: &mut SourceOutput<'_, i64>) -> Result<SourceStatus> {
+        let h = &mut self.0;
+        if h.next < h.count {
+            h.next += 1;
+            out.emit_at(h.next, h.next)?;
+            return Ok(SourceStatus::More);
+        }
+        if h.release.load(Ordering::SeqCst) {
+            Ok(SourceStatus::Finished)
+        } else {
+            Ok(SourceStatus::Idle(5))
+        }
+    }
+}
+
+/// Watermarks as the operators see them: exactly the bounded-out-of-orderness watermark of
+/// the input read so far, and its lag behind the wall clock.
+#[test]
+fn operators_report_their_current_watermark_and_its_lag() {
+    let release = Arc::new(AtomicBool::new(false));
+    let env = Env::new().parallelism(1).web_address("127.0.0.1:0");
+    let r = release.clone();
+    env.source("timed", move |_| {
+        HeldAt(Held {
+            next: 0,
+            count: 500,
+            release: r.clone(),
+        })
+    })
+    .with_watermarks(
+        WatermarkStrategy::bounded_out_of_orderness(100).with_emit_interval(Duration::ZERO),
+    )
+    .key_by(|v| v % 3)
+    .reduce(|a, b| a.max(b))
+    .name("max")
+    .discard();
+    let handle = env.execute_async("rest-watermarks").unwrap();
+    let addr = handle.web_address().unwrap();
+    // The largest timestamp is 500: the watermark is 500 - 100 - 1.
+    wait_for("the watermark 399 at 'max'", JOB_DEADLINE, || {
+        operator(&rest::get(addr, "/v1/operators"), "max")["watermark"] == 399
+    });
+    let ops = rest::get(addr, "/v1/operators");
+    let max = operator(&ops, "max");
+    let lag = max["watermark_lag_ms"].as_i64().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!(lag > 0 && lag <= now - 399, "{max:#}");
+    assert_eq!(max["subtasks"][0]["watermark"], 399);
+    // The chained sink reads the same watermark; the source emits none of its own.
+    assert_eq!(operator(&ops, "discard")["watermark"], 399);
+    assert_eq!(
+        operator(&ops, "timed")["watermark"],
+        serde_json::Value::Null
+    );
+    assert_eq!(operator(&ops, "watermarks")["records_in"], 500, "{ops:#}");
+    release.store(true, Ordering::SeqCst);
+    join_within(handle, JOB_DEADLINE).unwrap();
 }

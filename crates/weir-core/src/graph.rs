@@ -155,6 +155,11 @@ pub trait SourceTask {
     fn control(&mut self, event: Control) -> Result<()>;
     /// Records emitted so far.
     fn emitted(&self) -> u64;
+    /// The last watermark the source emitted itself (`None`: none yet, or it does not
+    /// track event time). The runtime reads it after each poll for the REST API.
+    fn watermark(&self) -> Option<crate::time::Timestamp> {
+        None
+    }
 }
 
 /// Builds one subtask of a node.

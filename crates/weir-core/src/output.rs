@@ -145,8 +145,8 @@ impl<T> Collector<T> {
 }
 
 /// Counts the records that pass into an output and remembers the last watermark that
-/// passed: the runtime wraps operators' inputs and outputs in it to report records in and
-/// out and the current watermark per operator subtask.
+/// passed: the runtime wraps operators' outputs in it to report records out and the
+/// current watermark per operator subtask.
 ///
 /// The cells are written with relaxed stores (one writer, the subtask's thread) and read
 /// by whoever reports them.

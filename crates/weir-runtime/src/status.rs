@@ -9,8 +9,9 @@
 //! time fractions are computed over a sliding window of samples ([`JobStatus::sample`]).
 
 use crate::plan::Plan;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -87,6 +88,8 @@ pub(crate) struct TaskMetrics {
     pub head: usize,
     pub subtask: usize,
     started: Instant,
+    /// A task of a cluster worker: its running time as the worker last reported it.
+    remote_elapsed_ns: Option<AtomicU64>,
     /// Nanoseconds from `started` to the end, 0 while it runs.
     ended_ns: AtomicU64,
     /// Time waiting for input (or for nothing to do).
@@ -100,20 +103,35 @@ pub(crate) struct TaskMetrics {
 
 impl TaskMetrics {
     fn new(graph: &Graph, plan: &Plan, head: usize, subtask: usize) -> Self {
-        let nodes = (0..graph.nodes.len())
-            .filter(|&n| plan.head_of[n] == head)
-            .map(|n| NodeCells {
+        let mut nodes: Vec<NodeCells> = Vec::new();
+        for n in (0..graph.nodes.len()).filter(|&n| plan.head_of[n] == head) {
+            // A chained node's input is its upstream's output, a function call away: they
+            // share the cells (graph order puts the upstream first).
+            let upstream = graph.nodes[n].inputs.first().filter(|_| plan.chained[n]);
+            let shared = upstream.and_then(|e| {
+                let up = nodes.iter().find(|c| c.node == e.from.0)?;
+                Some((up.records_out[e.port].clone(), up.watermark_out.clone()))
+            });
+            let (records_in, watermark_in) = match shared {
+                Some((records, watermark)) => (vec![records], watermark),
+                None => (
+                    graph.nodes[n].inputs.iter().map(|_| cell()).collect(),
+                    Arc::new(AtomicI64::new(MIN_WATERMARK)),
+                ),
+            };
+            nodes.push(NodeCells {
                 node: n,
-                records_in: graph.nodes[n].inputs.iter().map(|_| cell()).collect(),
+                records_in,
                 records_out: graph.nodes[n].outputs.iter().map(|_| cell()).collect(),
-                watermark_in: Arc::new(AtomicI64::new(MIN_WATERMARK)),
+                watermark_in,
                 watermark_out: Arc::new(AtomicI64::new(MIN_WATERMARK)),
-            })
-            .collect();
+            });
+        }
         TaskMetrics {
             head,
             subtask,
             started: Instant::now(),
+            remote_elapsed_ns: None,
             ended_ns: AtomicU64::new(0),
             idle_ns: AtomicU64::new(0),
             backpressured_ns: cell(),
@@ -145,6 +163,8 @@ impl TaskMetrics {
         let ended = self.ended_ns.load(Ordering::Relaxed);
         let elapsed = if ended > 0 {
             ended
+        } else if let Some(e) = &self.remote_elapsed_ns {
+            e.load(Ordering::Relaxed)
         } else {
             self.started.elapsed().as_nanos() as u64
         };
@@ -161,6 +181,30 @@ impl TaskMetrics {
                 .collect(),
         }
     }
+}
+
+/// One task's figures as a cluster worker reports them to its coordinator.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct TaskFigures {
+    pub head: u32,
+    pub subtask: u32,
+    pub elapsed_ns: u64,
+    pub ended: bool,
+    pub idle_ns: u64,
+    pub backpressured_ns: u64,
+    pub nodes: Vec<NodeFigures>,
+}
+
+/// One node of a reported task's chain.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct NodeFigures {
+    pub node: u32,
+    /// Per input gate.
+    pub records_in: Vec<u64>,
+    /// Per output port.
+    pub records_out: Vec<u64>,
+    pub watermark_in: i64,
+    pub watermark_out: i64,
 }
 
 fn cell() -> Arc<AtomicU64> {
@@ -249,9 +293,10 @@ struct Inner {
 pub(crate) struct JobStatus {
     pub name: String,
     start_ms: i64,
-    /// Operators count their records in and out and keep their watermarks (a wrapper
-    /// around every input and output): on when the job serves its REST API.
-    pub detailed: bool,
+    /// Operators count their records out and keep their watermarks (a wrapper around
+    /// every output; see `task`): on when the job serves its REST API, or, on a cluster
+    /// worker, when its coordinator does.
+    detailed: AtomicBool,
     operators: Vec<OperatorInfo>,
     edges: Vec<EdgeInfo>,
     parallelism: usize,
@@ -339,7 +384,7 @@ impl JobStatus {
         JobStatus {
             name: name.to_string(),
             start_ms: crate::task::now_ms(),
-            detailed,
+            detailed: AtomicBool::new(detailed),
             operators,
             edges,
             parallelism: cfg.parallelism,
@@ -367,6 +412,105 @@ impl JobStatus {
     }
 
     // ---- fed by the runtime ----
+
+    /// True when operators count their records (see the field).
+    pub(crate) fn detailed(&self) -> bool {
+        self.detailed.load(Ordering::Relaxed)
+    }
+
+    /// A cluster worker whose coordinator serves the API counts records too.
+    pub(crate) fn set_detailed(&self, on: bool) {
+        self.detailed.store(on, Ordering::Relaxed);
+    }
+
+    /// A cluster worker starts another attempt: its tasks replace the last one's.
+    pub(crate) fn clear_tasks(&self) {
+        self.inner().tasks.clear();
+    }
+
+    /// The figures of this process's tasks, for a cluster worker's report.
+    pub(crate) fn figures(&self) -> Vec<TaskFigures> {
+        let tasks = self.inner().tasks.clone();
+        tasks
+            .iter()
+            .map(|t| {
+                let totals = t.totals();
+                let load = |c: &[Arc<AtomicU64>]| -> Vec<u64> {
+                    c.iter().map(|c| c.load(Ordering::Relaxed)).collect()
+                };
+                TaskFigures {
+                    head: t.head as u32,
+                    subtask: t.subtask as u32,
+                    elapsed_ns: totals.elapsed,
+                    ended: t.ended_ns.load(Ordering::Relaxed) > 0,
+                    idle_ns: totals.idle,
+                    backpressured_ns: totals.backpressured,
+                    nodes: t
+                        .nodes
+                        .iter()
+                        .map(|n| NodeFigures {
+                            node: n.node as u32,
+                            records_in: load(&n.records_in),
+                            records_out: load(&n.records_out),
+                            watermark_in: n.watermark_in.load(Ordering::Relaxed),
+                            watermark_out: n.watermark_out.load(Ordering::Relaxed),
+                        })
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// A cluster coordinator: a worker reported its tasks' figures (of the current
+    /// attempt).
+    pub(crate) fn remote_figures(&self, graph: &Graph, plan: &Plan, figures: Vec<TaskFigures>) {
+        let mut i = self.inner();
+        for f in figures {
+            let (head, subtask) = (f.head as usize, f.subtask as usize);
+            if head >= graph.nodes.len() || plan.head_of[head] != head {
+                continue;
+            }
+            let t = match i
+                .tasks
+                .iter()
+                .find(|t| t.head == head && t.subtask == subtask)
+            {
+                Some(t) => t.clone(),
+                None => {
+                    let mut t = TaskMetrics::new(graph, plan, head, subtask);
+                    t.remote_elapsed_ns = Some(AtomicU64::new(0));
+                    let t = Arc::new(t);
+                    i.tasks.push(t.clone());
+                    i.tasks.sort_by_key(|t| (t.head, t.subtask));
+                    t
+                }
+            };
+            if let Some(e) = &t.remote_elapsed_ns {
+                e.store(f.elapsed_ns, Ordering::Relaxed);
+            }
+            if f.ended {
+                t.ended_ns.store(f.elapsed_ns.max(1), Ordering::Relaxed);
+            }
+            t.idle_ns.store(f.idle_ns, Ordering::Relaxed);
+            t.backpressured_ns
+                .store(f.backpressured_ns, Ordering::Relaxed);
+            for n in f.nodes {
+                let Some(cells) = t.node(n.node as usize) else {
+                    continue;
+                };
+                for (c, v) in cells.records_in.iter().zip(n.records_in) {
+                    c.store(v, Ordering::Relaxed);
+                }
+                for (c, v) in cells.records_out.iter().zip(n.records_out) {
+                    c.store(v, Ordering::Relaxed);
+                }
+                cells.watermark_in.store(n.watermark_in, Ordering::Relaxed);
+                cells
+                    .watermark_out
+                    .store(n.watermark_out, Ordering::Relaxed);
+            }
+        }
+    }
 
     /// The job runs as a cluster's coordinator: `view` describes its workers and slots.
     pub(crate) fn set_cluster_view(&self, view: ClusterView) {
@@ -719,7 +863,7 @@ impl JobStatus {
                 } else {
                     cells.watermark_out.load(Ordering::Relaxed)
                 };
-                let watermark = (self.detailed && wm != MIN_WATERMARK).then_some(wm);
+                let watermark = (self.detailed() && wm != MIN_WATERMARK).then_some(wm);
                 let lag = watermark
                     .filter(|&w| w != MAX_WATERMARK)
                     .map(|w| now_ms.saturating_sub(w));
@@ -727,10 +871,10 @@ impl JobStatus {
                 subtasks.push(serde_json::json!({
                     "subtask": t.subtask,
                     "running": !ended,
-                    "records_in": self.detailed.then_some(rin),
-                    "records_out": self.detailed.then_some(rout),
-                    "records_in_per_second": self.detailed.then(|| rate(rin, prev.nodes[pos].0)),
-                    "records_out_per_second": self.detailed.then(|| rate(rout, prev.nodes[pos].1)),
+                    "records_in": self.detailed().then_some(rin),
+                    "records_out": self.detailed().then_some(rout),
+                    "records_in_per_second": self.detailed().then(|| rate(rin, prev.nodes[pos].0)),
+                    "records_out_per_second": self.detailed().then(|| rate(rout, prev.nodes[pos].1)),
                     "busy_ratio": busy,
                     "idle_ratio": if ended { 1.0 } else { idle },
                     "backpressured_ratio": if ended { 0.0 } else { bp },
@@ -743,7 +887,7 @@ impl JobStatus {
                 }));
             }
             let total = |key: &str| -> serde_json::Value {
-                if !self.detailed {
+                if !self.detailed() {
                     return serde_json::Value::Null;
                 }
                 let s: f64 = subtasks.iter().filter_map(|s| s[key].as_f64()).sum();

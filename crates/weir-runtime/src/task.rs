@@ -199,17 +199,9 @@ impl Builder<'_> {
             for c in &job.plan.consumers[node][port] {
                 if job.plan.chained[c.node] {
                     match self.build_node(c.node)? {
-                        Built::Operator { mut inputs, .. } => {
-                            let input = inputs.swap_remove(0);
-                            list.push(match self.metrics.and_then(|m| m.node(c.node)) {
-                                Some(m) => port_type.counted(
-                                    input,
-                                    m.records_in[0].clone(),
-                                    m.watermark_in.clone(),
-                                ),
-                                None => input,
-                            });
-                        }
+                        // A chained operator's records and watermark in are its
+                        // upstream's out (TaskMetrics shares the cells): no counting here.
+                        Built::Operator { mut inputs, .. } => list.push(inputs.swap_remove(0)),
                         Built::Source(_) => {
                             return Err(Error::Config(
                                 "internal: a source cannot be chained".into(),
@@ -225,7 +217,11 @@ impl Builder<'_> {
                 }
             }
             let out = port_type.fan_out(list);
-            outputs.push(match self.metrics.and_then(|m| m.node(node)) {
+            // A source's records and watermark out are read from it after each poll.
+            let counted = self
+                .metrics
+                .filter(|_| spec.kind != weir_core::graph::NodeKind::Source);
+            outputs.push(match counted.and_then(|m| m.node(node)) {
                 Some(m) => {
                     port_type.counted(out, m.records_out[port].clone(), m.watermark_out.clone())
                 }
@@ -325,24 +321,12 @@ impl Drop for Accounting<'_> {
     }
 }
 
-/// Wraps a multi-input operator's control sink to keep the watermarks that reach it.
-struct WatermarkSeen(Box<dyn ControlSink>, Arc<std::sync::atomic::AtomicI64>);
-
-impl ControlSink for WatermarkSeen {
-    fn control(&mut self, event: Control) -> Result<()> {
-        if let Control::Watermark(w) = event {
-            self.1.store(w, Ordering::Relaxed);
-        }
-        self.0.control(event)
-    }
-}
-
 /// Builds and runs one task to completion.
 pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
     let metrics = spec.metrics.clone();
     let _accounting = Accounting(&metrics);
     weir_core::exchange::account_backpressure(Some(metrics.backpressured_ns.clone()));
-    let counted = job.status.detailed.then_some(&*metrics);
+    let counted = job.status.detailed().then_some(&*metrics);
     let participants = Participants::default();
     let mut writers = std::mem::take(&mut spec.writers);
     let built = Builder {
@@ -367,39 +351,21 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
             let waiting = Instant::now();
             ck.spec.start.wait(&ck.spec.cancel)?;
             metrics.idle(waiting.elapsed());
-            run_source(job, src, &mut ck)
+            let cells = counted.and_then(|m| m.node(spec.head));
+            run_source(job, src, cells, &mut ck)
         }
         Built::Operator { inputs, control } => {
             let node = &job.graph.nodes[spec.head];
-            let cells = counted.and_then(|m| m.node(spec.head));
-            let control = match (control, cells) {
-                (Some(c), Some(m)) => {
-                    Some(Box::new(WatermarkSeen(c, m.watermark_in.clone())) as Box<dyn ControlSink>)
-                }
-                (c, _) => c,
-            };
             let mut gates: Vec<Box<dyn InputGate>> = Vec::with_capacity(inputs.len());
-            for (gate, ((edge, input), readers)) in node
-                .inputs
-                .iter()
-                .zip(inputs)
-                .zip(readers.iter_mut())
-                .enumerate()
-            {
+            for ((edge, input), readers) in node.inputs.iter().zip(inputs).zip(readers.iter_mut()) {
                 let readers = readers
                     .take()
                     .ok_or_else(|| Error::Config("internal: missing readers".into()))?;
-                let input = match cells {
-                    Some(m) => job.graph.nodes[edge.from.0].outputs[edge.port].counted(
-                        input,
-                        m.records_in[gate].clone(),
-                        m.watermark_in.clone(),
-                    ),
-                    None => input,
-                };
                 gates.push(edge.exchange.bind(readers, input)?);
             }
-            run_operator(job, gates, control, &mut ck)
+            // Records in are counted per batch and watermarks as they are forwarded.
+            let cells = counted.and_then(|m| m.node(spec.head));
+            run_operator(job, gates, control, cells, &mut ck)
         }
     }
 }
@@ -426,6 +392,7 @@ fn cancelled(ck: &Checkpoints<'_>) -> bool {
 fn run_source(
     job: &JobShared,
     mut src: Box<dyn SourceTask>,
+    cells: Option<&crate::status::NodeCells>,
     ck: &mut Checkpoints<'_>,
 ) -> Result<u64> {
     let checkpointing = job.cfg.checkpoint.is_some();
@@ -475,6 +442,12 @@ fn run_source(
         }
         let status = src.poll()?;
         ck.spec.progress.store(src.emitted(), Ordering::Relaxed);
+        if let Some(c) = cells {
+            c.records_out[0].store(src.emitted(), Ordering::Relaxed);
+            if let Some(w) = src.watermark() {
+                c.watermark_out.store(w, Ordering::Relaxed);
+            }
+        }
         let now = now_ms();
         if now != last_tick {
             last_tick = now;
@@ -488,6 +461,9 @@ fn run_source(
             }
             SourceStatus::Finished => {
                 src.control(Control::Watermark(MAX_WATERMARK))?;
+                if let Some(c) = cells {
+                    c.watermark_out.store(MAX_WATERMARK, Ordering::Relaxed);
+                }
                 if !checkpointing {
                     break;
                 }
@@ -513,6 +489,22 @@ impl ControlTarget<'_> {
             ControlTarget::Gate(g) => g.control(event),
             ControlTarget::Sink(s) => s.control(event),
         }
+    }
+}
+
+/// A control target that keeps the last watermark forwarded to the operator (its
+/// watermark in, for the REST API).
+struct Watched<'a> {
+    target: ControlTarget<'a>,
+    watermark: Option<Arc<std::sync::atomic::AtomicI64>>,
+}
+
+impl Watched<'_> {
+    fn send(&mut self, event: Control) -> Result<()> {
+        if let (Control::Watermark(w), Some(cell)) = (event, &self.watermark) {
+            cell.store(w, Ordering::Relaxed);
+        }
+        self.target.send(event)
     }
 }
 
@@ -589,12 +581,16 @@ fn run_operator(
     job: &JobShared,
     gates: Vec<Box<dyn InputGate>>,
     control: Option<Box<dyn ControlSink>>,
+    cells: Option<&crate::status::NodeCells>,
     ck: &mut Checkpoints<'_>,
 ) -> Result<u64> {
     let exactly_once = job.cfg.checkpoint.as_ref().is_none_or(|c| c.exactly_once);
-    let mut target = match control {
-        Some(c) => ControlTarget::Sink(c),
-        None => ControlTarget::Gate(&*gates[0]),
+    let mut target = Watched {
+        target: match control {
+            Some(c) => ControlTarget::Sink(c),
+            None => ControlTarget::Gate(&*gates[0]),
+        },
+        watermark: cells.map(|c| c.watermark_in.clone()),
     };
     // Flat channel index -> (gate, channel within the gate).
     let channels: Vec<(usize, usize)> = gates
@@ -659,6 +655,9 @@ fn run_operator(
                     GateEvent::Records(n) => {
                         records += n as u64;
                         ck.spec.progress.store(records, Ordering::Relaxed);
+                        if let Some(c) = cells {
+                            c.records_in[channels[flat].0].fetch_add(n as u64, Ordering::Relaxed);
+                        }
                         tracker.on_record(flat);
                     }
                     GateEvent::Watermark(w) => {

@@ -35,6 +35,7 @@ pub struct SourceContext {
 pub struct SourceOutput<'a, T> {
     out: &'a mut dyn Output<T>,
     emitted: usize,
+    watermark: Option<Timestamp>,
 }
 
 impl<T> SourceOutput<'_, T> {
@@ -51,6 +52,7 @@ impl<T> SourceOutput<'_, T> {
     /// Advances event time: no record with a timestamp at or below `watermark` follows.
     /// For sources that track event time themselves (for example per input partition).
     pub fn emit_watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        self.watermark = Some(watermark);
         self.out.control(Control::Watermark(watermark))
     }
     /// Marks this source subtask idle (downstream watermarks stop waiting for it) or
@@ -119,6 +121,7 @@ struct SourceRunner<T, S> {
     out: Box<dyn Output<T>>,
     info: OpInfo,
     emitted: u64,
+    watermark: Option<Timestamp>,
 }
 
 impl<T: 'static, S: SourceFunction<T>> SourceTask for SourceRunner<T, S> {
@@ -127,16 +130,26 @@ impl<T: 'static, S: SourceFunction<T>> SourceTask for SourceRunner<T, S> {
         let mut so = SourceOutput {
             out: &mut *self.out,
             emitted: 0,
+            watermark: None,
         };
         let r = guard(&self.info, || src.poll(&mut so));
         self.emitted += so.emitted as u64;
+        if so.watermark.is_some() {
+            self.watermark = so.watermark;
+        }
         r
     }
     fn emitted(&self) -> u64 {
         self.emitted
     }
     fn control(&mut self, event: Control) -> Result<()> {
+        if let Control::Watermark(w) = event {
+            self.watermark = Some(w);
+        }
         self.out.control(event)
+    }
+    fn watermark(&self) -> Option<Timestamp> {
+        self.watermark
     }
 }
 
@@ -215,6 +228,7 @@ impl Pipeline {
                     out,
                     info,
                     emitted: 0,
+                    watermark: None,
                 })))
             },
         );
