@@ -903,3 +903,35 @@ fn operators_report_their_current_watermark_and_its_lag() {
     release.store(true, Ordering::SeqCst);
     join_within(handle, JOB_DEADLINE).unwrap();
 }
+
+/// The metrics an operator registers itself (here a dedup operator's) appear under its
+/// subtask in /v1/operators.
+#[test]
+fn an_operators_own_metrics_appear_under_its_subtasks() {
+    let release = Arc::new(AtomicBool::new(false));
+    let env = Env::new().parallelism(1).web_address("127.0.0.1:0");
+    let errors = OutputTag::<IdempotencyError<i64>>::new("errors");
+    // 1..=12 as v % 4: every value after its first record is a duplicate.
+    held(&env, 12, &release)
+        .map(|v| v % 4)
+        .dedup_by(|v| *v, Duration::from_secs(3600), &errors)
+        .name("dedup-rest")
+        .discard();
+    let handle = env.execute_async("rest-metrics").unwrap();
+    let addr = handle.web_address().unwrap();
+    let metric = |ops: &serde_json::Value, name: &str| {
+        operator(ops, "dedup-rest")["subtasks"][0]["metrics"]
+            .as_array()
+            .and_then(|m| m.iter().find(|m| m["name"] == name).cloned())
+    };
+    wait_for("8 duplicates suppressed", JOB_DEADLINE, || {
+        let ops = rest::get(addr, "/v1/operators");
+        metric(&ops, "duplicates_suppressed_total").is_some_and(|m| m["value"] == 8.0)
+            && metric(&ops, "dedup_state_entries").is_some_and(|m| m["value"] == 4.0)
+    });
+    let ops = rest::get(addr, "/v1/operators");
+    let m = metric(&ops, "duplicates_suppressed_total").unwrap();
+    assert_eq!(m["labels"], serde_json::json!({}), "{m}");
+    release.store(true, Ordering::SeqCst);
+    join_within(handle, JOB_DEADLINE).unwrap();
+}

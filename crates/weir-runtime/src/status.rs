@@ -868,6 +868,22 @@ impl JobStatus {
                     .filter(|&w| w != MAX_WATERMARK)
                     .map(|w| now_ms.saturating_sub(w));
                 let state = t.checkpointed_bytes.load(Ordering::Relaxed);
+                // What the operator registered itself (weir::metrics), for this subtask.
+                let subtask = t.subtask.to_string();
+                let metrics: Vec<serde_json::Value> = weir_core::metrics::series_with(&[
+                    ("operator", op.name.as_str()),
+                    ("subtask", subtask.as_str()),
+                ])
+                .into_iter()
+                .map(|m| {
+                    let labels: serde_json::Map<String, serde_json::Value> = m
+                        .labels
+                        .into_iter()
+                        .map(|(k, v)| (k, serde_json::Value::String(v)))
+                        .collect();
+                    serde_json::json!({ "name": m.name, "labels": labels, "value": m.value })
+                })
+                .collect();
                 subtasks.push(serde_json::json!({
                     "subtask": t.subtask,
                     "running": !ended,
@@ -884,6 +900,7 @@ impl JobStatus {
                     "watermark": watermark,
                     "watermark_lag_ms": lag,
                     "checkpointed_state_bytes": (self.checkpoint_config.is_some()).then_some(state),
+                    "metrics": metrics,
                 }));
             }
             let total = |key: &str| -> serde_json::Value {

@@ -152,7 +152,12 @@ impl WebServer {
             std::thread::sleep(Duration::from_millis(5));
         }
         if let Some(rt) = self.runtime.take() {
-            rt.shutdown_timeout(Duration::from_secs(1));
+            // On a thread of its own: a runtime cannot be shut down from inside another
+            // one's async context (a user may join a job from there).
+            let _ = std::thread::Builder::new()
+                .name("weir-web-stop".into())
+                .spawn(move || rt.shutdown_timeout(Duration::from_secs(1)))
+                .map(|t| t.join());
         }
     }
 }
