@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! cargo run --release --example file_sum -- --input IN --output OUTDIR --checkpoint-dir CKDIR \
-//!     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] [--lease-ms MS]
+//!     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] [--lease-ms MS] \
+//!     [--web HOST:PORT]
 //! ```
 //!
 //! - IN holds lines `key,value` (key: text without commas, value: an i64).
@@ -33,6 +34,10 @@
 //!   the machine takes over at once, and a frozen run (or one on a dead host of a shared
 //!   volume) is taken over once it has not renewed its lease for `--lease-ms` (default
 //!   15000). A frozen run that thaws after that stops without writing anything.
+//! - `--web HOST:PORT` serves the job's REST API (`/v1/job`, `/v1/operators`,
+//!   `/v1/checkpoints`, `/v1/exceptions`, `POST /v1/savepoints`, `POST /v1/job/cancel`) and
+//!   its metrics (`/metrics`) while it runs; port 0 picks a free port, printed at the start
+//!   (docs/operations.md).
 //! - Exits 0 once the input is consumed and the final checkpoint has committed everything;
 //!   a malformed line fails the job with the line's content and number.
 //!
@@ -90,6 +95,8 @@ struct Args {
     start_fresh_if_unusable: bool,
     state: BackendKind,
     lease_ms: Option<u64>,
+    /// Where to serve the REST API (this process only: never handed to workers).
+    web: Option<String>,
 }
 
 fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
@@ -111,6 +118,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
     let mut start_fresh_if_unusable = false;
     let mut cache_entries: Option<usize> = None;
     let mut lease_ms = None;
+    let mut web = None;
     // RocksDB when this example is built with the `rocksdb` feature, the heap otherwise.
     let mut state = BackendKind::parse(if cfg!(feature = "rocksdb") {
         "rocksdb"
@@ -130,6 +138,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                     | "--coordinator"
                     | "--slots"
                     | "--join-timeout-ms"
+                    | "--web"
             ) {
                 job_args.push(flag.clone());
                 job_args.push(v.clone());
@@ -163,6 +172,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
             }
             "--state" => state = BackendKind::parse(&value()?)?,
             "--lease-ms" => lease_ms = Some(value()?.parse().context("--lease-ms")?),
+            "--web" => web = Some(value()?),
             "--state-cache-entries" => {
                 cache_entries = Some(value()?.parse().context("--state-cache-entries")?)
             }
@@ -171,7 +181,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                     "usage: file_sum --input IN --output OUTDIR --checkpoint-dir CKDIR \
                      [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
                      [--from-savepoint PATH] [--start-fresh-if-unusable] [--state rocksdb|memory] \
-                     [--state-cache-entries N] [--lease-ms MS]\n       \
+                     [--state-cache-entries N] [--lease-ms MS] [--web HOST:PORT]\n       \
                      file_sum --cluster coordinator --listen HOST:PORT --workers N \
                      [--heartbeat-timeout-ms MS] <job flags>\n       \
                      file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS]"
@@ -212,6 +222,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                 start_fresh_if_unusable,
                 state,
                 lease_ms,
+                web: None,
             });
         }
         Some(other) => bail!("--cluster is `coordinator` or `worker`, not `{other}`"),
@@ -229,6 +240,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         start_fresh_if_unusable,
         state,
         lease_ms,
+        web,
     })
 }
 
@@ -339,6 +351,9 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
     if let Some(c) = cluster {
         env = env.cluster(c);
     }
+    if let Some(a) = &args.web {
+        env = env.web_address(a);
+    }
     let lines = match args.max_rate {
         Some(r) => env.read_text_file_at_rate(&args.input, r),
         None => env.read_text_file(&args.input),
@@ -355,7 +370,11 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
         .uid("running-sum")
         .write_text_exactly_once(&args.output, |(k, s)| format!("{k},{s}"))
         .uid("sink");
-    let result = env.execute("file_sum").context("file_sum failed")?;
+    let handle = env.execute_async("file_sum").context("file_sum failed")?;
+    if let Some(a) = handle.web_address() {
+        eprintln!("file_sum: REST API at http://{a}/v1/job");
+    }
+    let result = handle.join().context("file_sum failed")?;
     if worker {
         eprintln!("file_sum: worker done");
         return Ok(());

@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release --example kafka_sum -- --brokers HOST:PORT --input-topic IN \
 //!     --output-topic OUT --checkpoint-dir CKDIR [--checkpoint-interval-ms MS] \
-//!     [--parallelism P] [--bounded]
+//!     [--parallelism P] [--bounded] [--web HOST:PORT]
 //! ```
 //!
 //! - Input records: Kafka key = the key (UTF-8), value = an i64 as decimal UTF-8. The input
@@ -59,6 +59,7 @@ struct Args {
     from_savepoint: Option<PathBuf>,
     start_fresh_if_unusable: bool,
     max_restarts: Option<u32>,
+    web: Option<String>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -78,6 +79,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut from_savepoint = None;
     let mut start_fresh_if_unusable = false;
     let mut max_restarts = None;
+    let mut web = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -104,6 +106,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--from-savepoint" => from_savepoint = Some(PathBuf::from(value()?)),
             "--start-fresh-if-unusable" => start_fresh_if_unusable = true,
             "--max-restarts" => max_restarts = Some(value()?.parse().context("--max-restarts")?),
+            "--web" => web = Some(value()?),
             "-h" | "--help" => {
                 println!(
                     "usage: kafka_sum --brokers HOST:PORT --input-topic IN --output-topic OUT \
@@ -111,7 +114,7 @@ fn parse_args() -> anyhow::Result<Args> {
                      [--bounded] [--checkpoint-timeout-ms MS] [--transaction-timeout-ms MS] \
                      [--transactional-id-prefix NAME] [--dead-letter-topic DLQ] \
                      [--at-least-once] [--state memory|rocksdb] [--from-savepoint PATH] \
-                     [--start-fresh-if-unusable] [--max-restarts N]"
+                     [--start-fresh-if-unusable] [--max-restarts N] [--web HOST:PORT]"
                 );
                 std::process::exit(0);
             }
@@ -135,6 +138,7 @@ fn parse_args() -> anyhow::Result<Args> {
         from_savepoint,
         start_fresh_if_unusable,
         max_restarts,
+        web,
     })
 }
 
@@ -191,10 +195,13 @@ fn main() -> anyhow::Result<()> {
             ..weir::ExponentialDelay::default()
         });
     }
-    let env = Env::new()
+    let mut env = Env::new()
         .parallelism(args.parallelism)
         .state_backend(args.state.clone())
         .checkpoints(checkpoints);
+    if let Some(a) = &args.web {
+        env = env.web_address(a);
+    }
 
     let mut source = KafkaSource::new(&args.brokers, [args.input.as_str()])
         .group_id(&format!("{}-source", args.prefix))
@@ -224,7 +231,11 @@ fn main() -> anyhow::Result<()> {
         .uid("running-sum")
         .sink("kafka-sink", sink.factory())
         .uid("kafka-sink");
-    let result = env.execute("kafka_sum").context("kafka_sum failed")?;
+    let handle = env.execute_async("kafka_sum").context("kafka_sum failed")?;
+    if let Some(a) = handle.web_address() {
+        eprintln!("kafka_sum: REST API at http://{a}/v1/job");
+    }
+    let result = handle.join().context("kafka_sum failed")?;
     if result.stopped_with_savepoint {
         let path = result
             .savepoints

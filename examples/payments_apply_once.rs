@@ -5,7 +5,8 @@
 //! scripts/postgres.sh start            # prints the URL, e.g. postgres://weir@127.0.0.1:55432/weir
 //! cargo run --release --example payments_apply_once -- --postgres URL --input PAYMENTS \
 //!     --checkpoint-dir CKDIR [--schema NAME] [--create-orders N] [--dead-letters DIR] \
-//!     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S]
+//!     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
+//!     [--web HOST:PORT]
 //! ```
 //!
 //! - PAYMENTS holds lines `payment_id,order_id,amount` (amount: an i64). A payment may
@@ -27,6 +28,8 @@
 //! - `--parallelism P` runs P sink subtasks with payments spread round-robin, so duplicates
 //!   of one payment can meet in two subtasks at once (one applies, the other gets a conflict
 //!   and then finds the key DONE). `--max-rate` throttles the reader so a kill can land mid-run.
+//! - `--web HOST:PORT` serves the job's REST API and metrics while it runs
+//!   (docs/operations.md); port 0 picks a free port, printed at the start.
 //! - Exits 0 when the input is consumed and the final checkpoint completed; prints the
 //!   number of applied, suppressed and dead-lettered payments of this run.
 //!
@@ -57,6 +60,7 @@ struct Args {
     interval_ms: u64,
     parallelism: usize,
     max_rate: Option<u64>,
+    web: Option<String>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -64,6 +68,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut schema = "payments".to_string();
     let (mut create_orders, mut dead_letters, mut max_rate) = (None, None, None);
     let (mut interval_ms, mut parallelism) = (1000, 1);
+    let mut web = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -79,10 +84,12 @@ fn parse_args() -> anyhow::Result<Args> {
             }
             "--parallelism" => parallelism = value()?.parse().context("--parallelism")?,
             "--max-rate" => max_rate = Some(value()?.parse().context("--max-rate")?),
+            "--web" => web = Some(value()?),
             other => bail!(
                 "unknown argument {other:?}; usage: payments_apply_once --postgres URL --input PAYMENTS \
                  --checkpoint-dir CKDIR [--schema NAME] [--create-orders N] [--dead-letters DIR] \
-                 [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S]"
+                 [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
+                 [--web HOST:PORT]"
             ),
         }
     }
@@ -106,6 +113,7 @@ fn parse_args() -> anyhow::Result<Args> {
         interval_ms,
         parallelism,
         max_rate,
+        web,
     })
 }
 
@@ -160,10 +168,13 @@ fn main() -> anyhow::Result<()> {
     if let Some(n) = args.create_orders {
         create_orders(&args.url, &args.schema, n)?;
     }
-    let env = Env::new().parallelism(args.parallelism).checkpoints(
+    let mut env = Env::new().parallelism(args.parallelism).checkpoints(
         CheckpointConfig::new(&args.checkpoint_dir)
             .interval(Duration::from_millis(args.interval_ms)),
     );
+    if let Some(a) = &args.web {
+        env = env.web_address(a);
+    }
     let lines = match args.max_rate {
         Some(r) => env.read_text_file_at_rate(&args.input, r),
         None => env.read_text_file(&args.input),
@@ -215,9 +226,13 @@ fn main() -> anyhow::Result<()> {
         .rebalance()
         .sink("apply-payments", pay.make())
         .uid("apply-payments");
-    let result = env
-        .execute("payments_apply_once")
+    let handle = env
+        .execute_async("payments_apply_once")
         .context("payments_apply_once failed")?;
+    if let Some(a) = handle.web_address() {
+        eprintln!("payments_apply_once: REST API at http://{a}/v1/job");
+    }
+    let result = handle.join().context("payments_apply_once failed")?;
     let m = |name: &str| weir::metrics::sum(name, &[("operator", "apply-payments")]);
     eprintln!(
         "payments_apply_once: done, {} payments read in {:.2}s: {} applied, {} duplicates suppressed, {} dead-lettered",

@@ -375,3 +375,66 @@ pub mod operator {
             .map(|p| std::path::PathBuf::from(p.trim()))
     }
 }
+
+/// A client of a job's REST API (`Env::web_address`), over plain HTTP/1.1 on loopback: one
+/// request per connection, as the server answers.
+pub mod rest {
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpStream};
+    use std::time::Duration;
+
+    /// Sends `method path` with `body` (JSON when not empty); returns the status code and
+    /// the response body.
+    ///
+    /// # Panics
+    /// When the server cannot be reached or answers something that is not HTTP.
+    pub fn call(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+        let mut c = TcpStream::connect(addr).expect("connect to the REST API");
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            c,
+            "{method} {path} HTTP/1.1\r\nHost: weir\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut response = String::new();
+        c.read_to_string(&mut response).expect("read the response");
+        let (head, body) = response
+            .split_once("\r\n\r\n")
+            .unwrap_or_else(|| panic!("not an HTTP response: {response}"));
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no status in {head}"));
+        (status, body.to_string())
+    }
+
+    /// `GET path`, which must answer 200 with JSON.
+    pub fn get(addr: SocketAddr, path: &str) -> serde_json::Value {
+        let (status, body) = call(addr, "GET", path, "");
+        assert_eq!(status, 200, "GET {path}: {body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
+    }
+
+    /// `POST path` with `body`: the status and the JSON answer.
+    pub fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, serde_json::Value) {
+        let (status, text) = call(addr, "POST", path, body);
+        let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("POST {path}: {e}: {text}"));
+        (status, v)
+    }
+
+    /// The operator named `name` in a `/v1/operators` answer.
+    ///
+    /// # Panics
+    /// When there is none.
+    pub fn operator<'a>(ops: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+        ops["operators"]
+            .as_array()
+            .expect("operators")
+            .iter()
+            .find(|o| o["name"] == name)
+            .unwrap_or_else(|| panic!("no operator '{name}' in {ops:#}"))
+    }
+}

@@ -23,6 +23,8 @@ pub struct Setup {
     pub checkpoint: Option<(std::path::PathBuf, u64)>,
     /// Run as a cluster's coordinator or worker instead of alone.
     pub cluster: Option<ClusterConfig>,
+    /// Serve the REST API on this address.
+    pub web: Option<String>,
 }
 
 /// Running sum per key; emits (key, sum) on every 1000th record this subtask processes.
@@ -65,6 +67,9 @@ fn env(setup: &Setup) -> Env {
     }
     if let Some(c) = &setup.cluster {
         env = env.cluster(c.clone());
+    }
+    if let Some(a) = &setup.web {
+        env = env.web_address(a);
     }
     env
 }

@@ -169,6 +169,10 @@ struct Args {
     /// Records per channel batch.
     #[arg(long, default_value_t = 1024)]
     batch_size: usize,
+    /// Serve the REST API and metrics on this address while the job runs (operators then
+    /// count their records): for measuring what the API costs. Not handed to workers.
+    #[arg(long)]
+    web: Option<String>,
 }
 
 impl State {
@@ -217,6 +221,7 @@ impl Args {
                 })
                 .flatten(),
             cluster: None,
+            web: self.web.clone(),
         }
     }
 }

@@ -20,6 +20,7 @@ const DOCUMENTS: &[&str] = &[
     "docs/getting-started.md",
     "docs/checkpoints.md",
     "docs/cluster.md",
+    "docs/operations.md",
 ];
 
 /// The line before a fence that names the features its snippet needs.

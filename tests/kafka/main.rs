@@ -11,5 +11,6 @@ mod dead_letters;
 mod errors;
 mod identity;
 mod lifecycle;
+mod rest;
 mod source;
 mod support;

@@ -7,6 +7,8 @@
 //! - `weir cluster status|cancel|savepoint --coordinator HOST:PORT` — ask a cluster's
 //!   coordinator for its workers, slots, job state and last checkpoint; cancel its job; or
 //!   have it take a savepoint (and stop).
+//! - `weir job status|savepoint|cancel --web HOST:PORT` — the same through a running job's
+//!   REST API (a job or a cluster's coordinator started with `--web`).
 //!
 //! This file owns the command line (clap) and error reporting; each command lives in its own
 //! module and writes its output to a `Write` it is given. The tool only reads checkpoints
@@ -15,6 +17,7 @@
 
 mod cluster;
 mod inspect;
+mod job;
 mod list;
 mod savepoint;
 mod storage;
@@ -54,6 +57,52 @@ enum Command {
     /// Ask a cluster's coordinator for its status, to cancel the job, or for a savepoint
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Through a running job's REST API: its status, a savepoint (and stop), or cancel
+    #[command(subcommand)]
+    Job(JobCommand),
+}
+
+/// `weir job …`
+#[derive(Debug, Subcommand)]
+enum JobCommand {
+    /// Show the job's state, attempt, uptime, last checkpoint, workers (in a cluster) and
+    /// per operator the records, rates, busy and backpressured ratios
+    Status {
+        #[command(flatten)]
+        target: Web,
+        /// Print /v1/job, /v1/operators and /v1/checkpoints as one JSON object
+        #[arg(long)]
+        json: bool,
+    },
+    /// Take a savepoint and wait for it; prints its path
+    Savepoint {
+        #[command(flatten)]
+        target: Web,
+        /// Stop the job once the savepoint is written and its sinks committed
+        #[arg(long)]
+        stop: bool,
+    },
+    /// Cancel the job: its tasks stop without a savepoint
+    Cancel {
+        #[command(flatten)]
+        target: Web,
+    },
+}
+
+/// Which job's REST API to ask.
+#[derive(Debug, Args)]
+struct Web {
+    /// The job's REST API address (its --web HOST:PORT)
+    #[arg(long, value_name = "HOST:PORT")]
+    web: String,
+    /// How long to wait for an answer (for a savepoint: for the savepoint), in seconds
+    #[arg(
+        long = "timeout-s",
+        value_name = "SECONDS",
+        default_value_t = 60,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    timeout_s: u64,
 }
 
 /// `weir cluster …`
@@ -230,6 +279,21 @@ fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<()> {
             Duration::from_secs(args.timeout_s),
             out,
         ),
+        Command::Job(c) => {
+            let (target, request) = match c {
+                JobCommand::Status { target, json } => (target, job::Request::Status { json }),
+                JobCommand::Savepoint { target, stop } => {
+                    (target, job::Request::Savepoint { stop })
+                }
+                JobCommand::Cancel { target } => (target, job::Request::Cancel),
+            };
+            job::run(
+                &target.web,
+                request,
+                Duration::from_secs(target.timeout_s),
+                out,
+            )
+        }
         Command::Cluster(c) => {
             let (target, request) = match c {
                 ClusterCommand::Status { target, json } => {

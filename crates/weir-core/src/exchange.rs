@@ -337,6 +337,30 @@ impl<T: Data> TypedExchange<T> {
     }
 }
 
+thread_local! {
+    /// Where the current thread's time blocked on full output channels is added up.
+    static BACKPRESSURED_NS: std::cell::RefCell<Option<Arc<std::sync::atomic::AtomicU64>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Makes every [`ChannelWriter`] used on this thread add the time it waits on a full
+/// channel (in nanoseconds) to `cell`; `None` stops the accounting. The runtime sets it on
+/// each task thread: a subtask's backpressured time.
+pub fn account_backpressure(cell: Option<Arc<std::sync::atomic::AtomicU64>>) {
+    BACKPRESSURED_NS.with(|c| *c.borrow_mut() = cell);
+}
+
+fn add_backpressured(waited: std::time::Duration) {
+    BACKPRESSURED_NS.with(|c| {
+        if let Some(cell) = &*c.borrow() {
+            cell.fetch_add(
+                waited.as_nanos() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+    });
+}
+
 /// Writes records into the channels of one producer subtask, batching per target.
 pub struct ChannelWriter<T> {
     senders: Vec<Sender<Msg<T>>>,
@@ -366,9 +390,18 @@ impl<T: Data> ChannelWriter<T> {
     }
 
     fn send(&self, target: usize, msg: Msg<T>) -> Result<()> {
-        self.senders[target]
-            .send(msg)
-            .map_err(|_| Error::ChannelClosed("downstream subtask stopped".into()))
+        let closed = || Error::ChannelClosed("downstream subtask stopped".into());
+        match self.senders[target].try_send(msg) {
+            Ok(()) => Ok(()),
+            Err(crossbeam_channel::TrySendError::Full(msg)) => {
+                // Backpressure: the channel is full and this subtask waits for its consumer.
+                let started = std::time::Instant::now();
+                let r = self.senders[target].send(msg).map_err(|_| closed());
+                add_backpressured(started.elapsed());
+                r
+            }
+            Err(crossbeam_channel::TrySendError::Disconnected(_)) => Err(closed()),
+        }
     }
 
     fn flush(&mut self, target: usize) -> Result<()> {

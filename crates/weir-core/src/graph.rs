@@ -155,6 +155,11 @@ pub trait SourceTask {
     fn control(&mut self, event: Control) -> Result<()>;
     /// Records emitted so far.
     fn emitted(&self) -> u64;
+    /// The last watermark the source emitted itself (`None`: none yet, or it does not
+    /// track event time). The runtime reads it after each poll for the REST API.
+    fn watermark(&self) -> Option<crate::time::Timestamp> {
+        None
+    }
 }
 
 /// Builds one subtask of a node.
@@ -172,6 +177,18 @@ pub trait PortType: Send + Sync {
     fn writer_output(&self, writer: Box<dyn Any + Send>) -> Box<dyn Any>;
     /// The type name, for diagnostics.
     fn type_name(&self) -> &'static str;
+    /// Wraps an output (`Box<dyn Output<T>>`) in a [`crate::output::Counted`] that counts
+    /// its records into `records` and keeps its last watermark in `watermark`. The default
+    /// returns the output unwrapped (nothing is counted).
+    fn counted(
+        &self,
+        output: Box<dyn Any>,
+        records: Arc<std::sync::atomic::AtomicU64>,
+        watermark: Arc<std::sync::atomic::AtomicI64>,
+    ) -> Box<dyn Any> {
+        let _ = (records, watermark);
+        output
+    }
 }
 
 /// The [`PortType`] of `T`.
@@ -214,6 +231,20 @@ impl<T: crate::data::Data> PortType for Port<T> {
 
     fn type_name(&self) -> &'static str {
         std::any::type_name::<T>()
+    }
+
+    fn counted(
+        &self,
+        output: Box<dyn Any>,
+        records: Arc<std::sync::atomic::AtomicU64>,
+        watermark: Arc<std::sync::atomic::AtomicI64>,
+    ) -> Box<dyn Any> {
+        let inner = *output
+            .downcast::<Box<dyn Output<T>>>()
+            .expect("internal: output type mismatch");
+        let out: Box<dyn Output<T>> =
+            Box::new(crate::output::Counted::new(inner, records, watermark));
+        Box::new(out)
     }
 }
 

@@ -226,6 +226,51 @@ pub fn value(name: &str, l: &[(&str, &str)]) -> Option<f64> {
     Some(cell.read(now_ms()))
 }
 
+/// One series found by [`series_with`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// The metric's name.
+    pub name: String,
+    /// Its labels other than the ones searched for, sorted.
+    pub labels: Vec<(String, String)>,
+    /// Its current value.
+    pub value: f64,
+}
+
+/// Every series whose labels include all of `l`, sorted by name and labels: what an
+/// operator subtask registered, for example.
+///
+/// ```
+/// use weir_core::metrics::{self, Series};
+/// metrics::counter("doc_seen_total", "Seen.", &[("operator", "o"), ("subtask", "1")]).add(4);
+/// let found = metrics::series_with(&[("operator", "o"), ("subtask", "1")]);
+/// let want = Series { name: "doc_seen_total".into(), labels: vec![], value: 4.0 };
+/// assert_eq!(found, vec![want]);
+/// ```
+pub fn series_with(l: &[(&str, &str)]) -> Vec<Series> {
+    let want = labels(l);
+    let now = now_ms();
+    let cells: Vec<(String, Labels, Cell)> = {
+        let r = registry();
+        r.iter()
+            .flat_map(|(name, f)| {
+                f.series
+                    .iter()
+                    .filter(|(ls, _)| want.iter().all(|w| ls.contains(w)))
+                    .map(move |(ls, c)| (name.clone(), ls.clone(), c.clone()))
+            })
+            .collect()
+    };
+    cells
+        .into_iter()
+        .map(|(name, ls, c)| Series {
+            name,
+            labels: ls.into_iter().filter(|x| !want.contains(x)).collect(),
+            value: c.read(now),
+        })
+        .collect()
+}
+
 /// The sum of `name` over every series whose labels include `l`.
 pub fn sum(name: &str, l: &[(&str, &str)]) -> f64 {
     let want = labels(l);

@@ -8,6 +8,8 @@
 use crate::error::Result;
 use crate::ids::CheckpointId;
 use crate::time::Timestamp;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// A control event that flows through a chain of operators in order with the records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,5 +141,63 @@ impl<T> Collector<T> {
     /// Takes the buffered records out (for tests and adapters).
     pub fn take(&mut self) -> Vec<(T, Option<Timestamp>)> {
         std::mem::take(&mut self.buf)
+    }
+}
+
+/// Counts the records that pass into an output and remembers the last watermark that
+/// passed: the runtime wraps operators' outputs in it to report records out and the
+/// current watermark per operator subtask.
+///
+/// The cells are written with relaxed stores (one writer, the subtask's thread) and read
+/// by whoever reports them.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+/// use weir_core::output::{Control, Counted, Discard, Output};
+/// let (records, watermark) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicI64::new(0)));
+/// let mut out = Counted::new(Box::new(Discard), records.clone(), watermark.clone());
+/// Output::<i64>::record(&mut out, 1, 0).unwrap();
+/// Output::<i64>::record(&mut out, 2, 0).unwrap();
+/// Output::<i64>::control(&mut out, Control::Watermark(7)).unwrap();
+/// assert_eq!(records.load(Ordering::Relaxed), 2);
+/// assert_eq!(watermark.load(Ordering::Relaxed), 7);
+/// ```
+pub struct Counted<T> {
+    inner: Box<dyn Output<T>>,
+    count: u64,
+    records: Arc<AtomicU64>,
+    watermark: Arc<AtomicI64>,
+}
+
+impl<T> Counted<T> {
+    /// Wraps `inner`; `records` receives the running count (from its current value on),
+    /// `watermark` every watermark that passes.
+    pub fn new(
+        inner: Box<dyn Output<T>>,
+        records: Arc<AtomicU64>,
+        watermark: Arc<AtomicI64>,
+    ) -> Self {
+        Counted {
+            inner,
+            count: records.load(Ordering::Relaxed),
+            records,
+            watermark,
+        }
+    }
+}
+
+impl<T> Output<T> for Counted<T> {
+    #[inline]
+    fn record(&mut self, value: T, ts: Timestamp) -> Result<()> {
+        self.count += 1;
+        self.records.store(self.count, Ordering::Relaxed);
+        self.inner.record(value, ts)
+    }
+    fn control(&mut self, event: Control) -> Result<()> {
+        if let Control::Watermark(w) = event {
+            self.watermark.store(w, Ordering::Relaxed);
+        }
+        self.inner.control(event)
     }
 }

@@ -239,6 +239,8 @@ pub struct KafkaSinkFunction<T> {
     marker_partitions: i32,
     since_poll: u32,
     claim: Option<claims::Claim>,
+    /// `kafka_sink_pending_epochs` of this subtask (exactly-once only).
+    pending_epochs: Option<weir_core::metrics::Gauge>,
 }
 
 impl<T: 'static> KafkaSinkFunction<T> {
@@ -256,6 +258,14 @@ impl<T: 'static> KafkaSinkFunction<T> {
             marker_partitions: 1,
             since_poll: 0,
             claim: None,
+            pending_epochs: None,
+        }
+    }
+
+    /// Publishes how many epochs wait for their checkpoint (exactly-once only).
+    fn show_pending(&self) {
+        if let Some(g) = &self.pending_epochs {
+            g.set(self.book.pending().count() as i64);
         }
     }
 
@@ -540,7 +550,16 @@ impl<T: 'static> SinkFunction<T> for KafkaSinkFunction<T> {
                     &ctx.operator_id,
                     &ctx.name,
                 )?);
-                self.open_transactional(ctx, self.cfg.pool)?
+                self.open_transactional(ctx, self.cfg.pool)?;
+                let subtask = ctx.subtask.to_string();
+                self.pending_epochs = Some(weir_core::metrics::gauge(
+                    "kafka_sink_pending_epochs",
+                    "Transactions of an exactly-once Kafka sink subtask pre-committed at a \
+                     checkpoint and not committed yet: waiting for it to complete (after a \
+                     savepoint, for the next checkpoint).",
+                    &[("operator", &ctx.name), ("subtask", &subtask)],
+                ));
+                self.show_pending();
             }
             DeliveryGuarantee::AtLeastOnce => {
                 // Switched from exactly-once: finish the restored checkpoint's transactions
@@ -607,6 +626,7 @@ impl<T: 'static> SinkFunction<T> for KafkaSinkFunction<T> {
             }
             DeliveryGuarantee::ExactlyOnce => {
                 self.precommit(checkpoint.0)?;
+                self.show_pending();
                 failpoint::hit("kafka.after_precommit");
                 let snap = self.book.snapshot(self.parallelism);
                 let summary = format!(
@@ -625,6 +645,7 @@ impl<T: 'static> SinkFunction<T> for KafkaSinkFunction<T> {
     fn notify_complete(&mut self, checkpoint: CheckpointId) -> weir_core::Result<()> {
         if self.cfg.guarantee == DeliveryGuarantee::ExactlyOnce {
             self.commit_through(checkpoint.0)?;
+            self.show_pending();
         }
         Ok(())
     }

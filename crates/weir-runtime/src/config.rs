@@ -37,7 +37,13 @@ pub struct JobConfig {
     pub checkpoint: Option<CheckpointConfig>,
     /// Serve the metrics in the Prometheus text format on `http://ADDRESS/metrics` while
     /// the job runs (`host:port`; port 0 picks a free one, see `JobHandle::metrics_address`).
+    /// The same server as [`JobConfig::web_address`]: set either, or both to one address.
     pub metrics_address: Option<String>,
+    /// Serve the REST API (`http://ADDRESS/v1/...`, see docs/operations.md) and the
+    /// metrics while the job runs (`host:port`; port 0 picks a free one, see
+    /// `JobHandle::web_address`). With it set, operators also count their records in and
+    /// out and keep their watermarks for the API.
+    pub web_address: Option<String>,
     /// Runs the job as part of a cluster (coordinator or worker); `None` runs it in this
     /// process alone.
     pub cluster: Option<crate::cluster::ClusterConfig>,
@@ -150,6 +156,7 @@ impl Default for JobConfig {
             progress_interval: None,
             checkpoint: None,
             metrics_address: None,
+            web_address: None,
             cluster: None,
         }
     }
@@ -180,6 +187,14 @@ impl JobConfig {
             return Err(Error::Config(
                 "channel capacity must be at least 1 batch".into(),
             ));
+        }
+        if let (Some(w), Some(m)) = (&self.web_address, &self.metrics_address)
+            && w != m
+        {
+            return Err(Error::Config(format!(
+                "the web address {w} and the metrics address {m} differ: one server answers both \
+                 the REST API and /metrics, so set one of them (or both to the same address)"
+            )));
         }
         Ok(())
     }

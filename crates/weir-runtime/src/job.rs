@@ -207,6 +207,7 @@ fn on_written(
     c: &mut Coordinator<Snapshots>,
     savepoints: &mut Vec<PathBuf>,
     m: &CheckpointMetrics,
+    status: &crate::status::JobStatus,
 ) -> Vec<Action<Snapshots>> {
     let Written {
         id,
@@ -218,6 +219,7 @@ fn on_written(
     } = w;
     match result {
         Ok(path) => {
+            status.checkpoint_completed(id, &path);
             m.completed.inc();
             m.duration_ms.set(duration.as_millis() as i64);
             m.size_bytes.set(bytes as i64);
@@ -273,20 +275,30 @@ impl JobResult {
 pub struct JobHandle {
     shared: Arc<JobShared>,
     thread: std::thread::JoinHandle<Result<JobResult>>,
-    metrics: Option<std::net::SocketAddr>,
+    /// The REST API and metrics server; it ends with the handle.
+    server: Option<crate::web::WebServer>,
 }
 
 impl JobHandle {
     /// Where the job serves its metrics (`GET /metrics`), when
-    /// [`JobConfig::metrics_address`] is set: the bound address, with the actual port if
-    /// port 0 was asked for. The endpoint stops when the job ends.
+    /// [`JobConfig::metrics_address`] or [`JobConfig::web_address`] is set: the bound
+    /// address, with the actual port if port 0 was asked for. The server answers until
+    /// the handle is joined (or dropped), so a finished job's final figures can still be
+    /// read before [`JobHandle::join`].
     pub fn metrics_address(&self) -> Option<std::net::SocketAddr> {
-        self.metrics
+        self.server.as_ref().map(|s| s.address())
+    }
+
+    /// Where the job serves its REST API (`/v1/...`) and metrics: the same server as
+    /// [`JobHandle::metrics_address`].
+    pub fn web_address(&self) -> Option<std::net::SocketAddr> {
+        self.metrics_address()
     }
 
     /// Asks every task to stop; `join` then returns [`Error::Cancelled`].
     pub fn cancel(&self) {
         self.shared.cancel.store(true, Ordering::SeqCst);
+        self.shared.status.cancelling();
     }
 
     /// Takes a savepoint while the job keeps running; its path is logged and listed in
@@ -301,11 +313,16 @@ impl JobHandle {
         self.shared.savepoint_request.store(2, Ordering::SeqCst);
     }
 
-    /// Waits for the job to end.
-    pub fn join(self) -> Result<JobResult> {
-        self.thread
+    /// Waits for the job to end; the REST API and metrics server then stop.
+    pub fn join(mut self) -> Result<JobResult> {
+        let r = self
+            .thread
             .join()
-            .unwrap_or_else(|p| Err(Error::from_panic(p)))
+            .unwrap_or_else(|p| Err(Error::from_panic(p)));
+        if let Some(mut s) = self.server.take() {
+            s.stop();
+        }
+        r
     }
 
     /// True when the job has ended (successfully or not).
@@ -323,35 +340,57 @@ pub fn execute(name: &str, graph: Graph, cfg: JobConfig) -> Result<JobResult> {
 pub fn start(name: &str, graph: Graph, cfg: JobConfig) -> Result<JobHandle> {
     cfg.validate()?;
     let plan = Plan::new(&graph, &cfg)?;
+    let web = cfg
+        .web_address
+        .as_ref()
+        .map(|a| (a.clone(), "the REST API"))
+        .or_else(|| cfg.metrics_address.as_ref().map(|a| (a.clone(), "metrics")));
+    let status = Arc::new(crate::status::JobStatus::new(
+        name,
+        &graph,
+        &plan,
+        &cfg,
+        cfg.web_address.is_some(),
+    ));
     let shared = Arc::new(JobShared {
         graph,
         plan,
         cfg,
         cancel: AtomicBool::new(false),
         savepoint_request: std::sync::atomic::AtomicU8::new(0),
+        status,
     });
     let job = shared.clone();
     let name = name.to_string();
-    let server = match &shared.cfg.metrics_address {
-        Some(a) => Some(crate::metrics_http::MetricsServer::start(a)?),
+    let server = match web {
+        Some((address, what)) => Some(crate::web::WebServer::start(
+            &address,
+            what,
+            shared.clone(),
+        )?),
         None => None,
     };
-    let metrics = server.as_ref().map(|s| s.address());
     let thread = std::thread::Builder::new()
         .name(format!("weir-job-{name}"))
         .spawn(move || {
+            let status = job.status.clone();
             let r = match job.cfg.cluster.clone() {
                 Some(cluster) => crate::cluster::run(&name, job, &cluster),
                 None => run(&name, job),
             };
-            drop(server);
+            if let Err(e) = &r
+                && !matches!(e, Error::Cancelled)
+            {
+                status.job_exception(e);
+            }
+            status.ended(&r);
             r
         })
         .map_err(|e| Error::io("spawning the job thread", e))?;
     Ok(JobHandle {
         shared,
         thread,
-        metrics,
+        server,
     })
 }
 
@@ -468,11 +507,13 @@ pub(crate) fn run_with(
         }
         // A restore commits and deletes sink files: only while this run owns the directories.
         crate::owner::verify(storage.as_ref())?;
+        job.status.attempt_started(attempt);
         let outcome = match executor.launch(&job, storage.as_ref(), restore.as_ref()) {
             Ok(launched) => run_attempt(name, &job, storage.as_ref(), launched, first_id, started),
             Err(e) => Err(e),
         };
         executor.attempt_ended();
+        job.status.attempt_ended();
         let outcome = outcome?;
         savepoints.extend(outcome.savepoints.iter().cloned());
         checkpoints_completed += outcome.completed_count;
@@ -525,6 +566,7 @@ pub(crate) fn run_with(
                         return Err(e);
                     }
                     crate::restart::Decision::Restart { delay, note } => {
+                        job.status.restarting();
                         attempt += 1;
                         eprintln!(
                             "[weir] job '{name}' failed: {e}; restarting from the last complete checkpoint \
@@ -792,7 +834,7 @@ fn run_attempt(
             recv(events_rx) -> m => m.map_err(|_| crossbeam_channel::RecvTimeoutError::Disconnected),
             recv(written_rx) -> w => {
                 if let (Ok(w), Some(c)) = (w, coordinator.as_mut()) {
-                    actions.extend(on_written(name, w, c, &mut savepoints, &ck_metrics));
+                    actions.extend(on_written(name, w, c, &mut savepoints, &ck_metrics, &job.status));
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Timeout)
             }
@@ -808,6 +850,15 @@ fn run_attempt(
             }) => {
                 if let Some(c) = coordinator.as_mut() {
                     let bytes = snapshot.values().map(|s| s.bytes() as u64).sum();
+                    let t = &running[task];
+                    job.status.checkpoint_acked(
+                        id,
+                        t.key.node.0,
+                        t.subtask,
+                        bytes,
+                        alignment,
+                        sync,
+                    );
                     let st = AckStats {
                         bytes,
                         alignment,
@@ -837,6 +888,7 @@ fn run_attempt(
                     }
                     Ok(Err(e)) => {
                         tracing::error!(task = %t.name, subtask = t.subtask, error = %e, "task failed");
+                        job.status.exception(&t.name, t.subtask, &e);
                         cancel.store(true, Ordering::SeqCst);
                         first_error.get_or_insert(e);
                     }
@@ -846,6 +898,7 @@ fn run_attempt(
                             subtask: t.subtask,
                             parallelism: t.parallelism,
                         });
+                        job.status.exception(&t.name, t.subtask, &e);
                         cancel.store(true, Ordering::SeqCst);
                         first_error.get_or_insert(e);
                     }
@@ -903,6 +956,7 @@ fn run_attempt(
         while let Some(action) = queue.pop_front() {
             match action {
                 Action::Trigger { id, sources, kind } => {
+                    job.status.checkpoint_triggered(id, kind);
                     let is_final = kind == CheckpointKind::Final;
                     for k in sources {
                         running[by_key[&k]]
@@ -916,6 +970,7 @@ fn run_attempt(
                     acks,
                     stats,
                 } => {
+                    job.status.checkpoint_acknowledged(id, &stats);
                     let writer = writer.as_ref().expect("checkpointing has a writer");
                     let stops_job =
                         kind == CheckpointKind::Savepoint && stop_after.is_some_and(|s| id >= s);
@@ -959,6 +1014,7 @@ fn run_attempt(
                 }
                 Action::Abort { id, reason, kind } => {
                     tracing::info!(checkpoint = %id, %reason, "checkpoint aborted");
+                    job.status.checkpoint_failed(id, reason.to_string());
                     ck_metrics.failed.inc();
                     if kind == CheckpointKind::Final && !cancel.load(Ordering::SeqCst) {
                         // The job cannot end without its final checkpoint: try again.
@@ -1114,6 +1170,7 @@ fn task_specs(
                         cancel: cancel.clone(),
                         restore: chain_restore,
                         start: start.clone(),
+                        metrics: job.status.task(graph, plan, h, s),
                     },
                     ctx,
                 ),

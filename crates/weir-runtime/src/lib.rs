@@ -11,11 +11,12 @@ pub mod cluster;
 mod config;
 mod failpoint;
 mod job;
-mod metrics_http;
 mod owner;
 mod plan;
 mod restart;
+mod status;
 mod task;
+mod web;
 
 pub use cluster::{ClusterConfig, ClusterRole, Joined, join};
 pub use config::{CheckpointConfig, JobConfig};

@@ -87,6 +87,8 @@ pub(crate) struct TaskSpec {
     pub restore: HashMap<usize, RestoreState>,
     /// Opens once every task of the attempt has built (restored and opened) its operators.
     pub start: Arc<StartGate>,
+    /// The task's figures: records, watermarks, idle and backpressured time.
+    pub metrics: Arc<crate::status::TaskMetrics>,
 }
 
 /// Holds the sources back until every task of an attempt has restored and opened its
@@ -165,6 +167,8 @@ pub(crate) struct JobShared {
     pub cancel: AtomicBool,
     /// Savepoint requests from the user: 1 = take one, 2 = take one and stop.
     pub savepoint_request: std::sync::atomic::AtomicU8,
+    /// What the job reports about itself (the REST API's views).
+    pub status: Arc<crate::status::JobStatus>,
 }
 
 /// Wall-clock time in ms since the Unix epoch.
@@ -181,6 +185,8 @@ struct Builder<'a> {
     writers: &'a mut HashMap<WriterKey, Box<dyn Any + Send>>,
     restore: &'a HashMap<usize, RestoreState>,
     participants: &'a Participants,
+    /// Set when operators count their records (the job serves its REST API).
+    metrics: Option<&'a crate::status::TaskMetrics>,
 }
 
 impl Builder<'_> {
@@ -193,6 +199,8 @@ impl Builder<'_> {
             for c in &job.plan.consumers[node][port] {
                 if job.plan.chained[c.node] {
                     match self.build_node(c.node)? {
+                        // A chained operator's records and watermark in are its
+                        // upstream's out (TaskMetrics shares the cells): no counting here.
                         Built::Operator { mut inputs, .. } => list.push(inputs.swap_remove(0)),
                         Built::Source(_) => {
                             return Err(Error::Config(
@@ -208,7 +216,17 @@ impl Builder<'_> {
                     list.push(port_type.writer_output(w));
                 }
             }
-            outputs.push(port_type.fan_out(list));
+            let out = port_type.fan_out(list);
+            // A source's records and watermark out are read from it after each poll.
+            let counted = self
+                .metrics
+                .filter(|_| spec.kind != weir_core::graph::NodeKind::Source);
+            outputs.push(match counted.and_then(|m| m.node(node)) {
+                Some(m) => {
+                    port_type.counted(out, m.records_out[port].clone(), m.watermark_out.clone())
+                }
+                None => out,
+            });
         }
         let restore = self.restore.get(&node);
         let backend = &job.cfg.state_backend;
@@ -305,8 +323,22 @@ impl Checkpoints<'_> {
     }
 }
 
+/// Ends a task's accounting when its thread leaves [`run`], however it leaves.
+struct Accounting<'a>(&'a crate::status::TaskMetrics);
+
+impl Drop for Accounting<'_> {
+    fn drop(&mut self) {
+        weir_core::exchange::account_backpressure(None);
+        self.0.ended();
+    }
+}
+
 /// Builds and runs one task to completion.
 pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
+    let metrics = spec.metrics.clone();
+    let _accounting = Accounting(&metrics);
+    weir_core::exchange::account_backpressure(Some(metrics.backpressured_ns.clone()));
+    let counted = job.status.detailed().then_some(&*metrics);
     let participants = Participants::default();
     let mut writers = std::mem::take(&mut spec.writers);
     let built = Builder {
@@ -315,6 +347,7 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
         writers: &mut writers,
         restore: &spec.restore,
         participants: &participants,
+        metrics: counted,
     }
     .build_node(spec.head)?;
     spec.start.arrive();
@@ -327,8 +360,11 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
     };
     match built {
         Built::Source(src) => {
+            let waiting = Instant::now();
             ck.spec.start.wait(&ck.spec.cancel)?;
-            run_source(job, src, &mut ck)
+            metrics.idle(waiting.elapsed());
+            let cells = counted.and_then(|m| m.node(spec.head));
+            run_source(job, src, cells, &mut ck)
         }
         Built::Operator { inputs, control } => {
             let node = &job.graph.nodes[spec.head];
@@ -339,8 +375,25 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
                     .ok_or_else(|| Error::Config("internal: missing readers".into()))?;
                 gates.push(edge.exchange.bind(readers, input)?);
             }
-            run_operator(job, gates, control, &mut ck)
+            // Records in are counted per batch and watermarks as they are forwarded.
+            let cells = counted.and_then(|m| m.node(spec.head));
+            run_operator(job, gates, control, cells, &mut ck)
         }
+    }
+}
+
+/// Adds the time until it is dropped to the task's idle time.
+struct IdleTimer<'a>(&'a crate::status::TaskMetrics, Instant);
+
+impl<'a> IdleTimer<'a> {
+    fn start(m: &'a crate::status::TaskMetrics) -> Self {
+        IdleTimer(m, Instant::now())
+    }
+}
+
+impl Drop for IdleTimer<'_> {
+    fn drop(&mut self) {
+        self.0.idle(self.1.elapsed());
     }
 }
 
@@ -351,6 +404,7 @@ fn cancelled(ck: &Checkpoints<'_>) -> bool {
 fn run_source(
     job: &JobShared,
     mut src: Box<dyn SourceTask>,
+    cells: Option<&crate::status::NodeCells>,
     ck: &mut Checkpoints<'_>,
 ) -> Result<u64> {
     let checkpointing = job.cfg.checkpoint.is_some();
@@ -366,6 +420,7 @@ fn run_source(
             return Err(Error::Cancelled);
         }
         let cmd = if finished {
+            let _idle = IdleTimer::start(&ck.spec.metrics);
             match ck.spec.commands.recv_timeout(Duration::from_millis(10)) {
                 Ok(c) => Some(c),
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
@@ -399,6 +454,12 @@ fn run_source(
         }
         let status = src.poll()?;
         ck.spec.progress.store(src.emitted(), Ordering::Relaxed);
+        if let Some(c) = cells {
+            c.records_out[0].store(src.emitted(), Ordering::Relaxed);
+            if let Some(w) = src.watermark() {
+                c.watermark_out.store(w, Ordering::Relaxed);
+            }
+        }
         let now = now_ms();
         if now != last_tick {
             last_tick = now;
@@ -406,9 +467,15 @@ fn run_source(
         }
         match status {
             SourceStatus::More => {}
-            SourceStatus::Idle(ms) => std::thread::sleep(Duration::from_millis(ms.clamp(1, 50))),
+            SourceStatus::Idle(ms) => {
+                let _idle = IdleTimer::start(&ck.spec.metrics);
+                std::thread::sleep(Duration::from_millis(ms.clamp(1, 50)))
+            }
             SourceStatus::Finished => {
                 src.control(Control::Watermark(MAX_WATERMARK))?;
+                if let Some(c) = cells {
+                    c.watermark_out.store(MAX_WATERMARK, Ordering::Relaxed);
+                }
                 if !checkpointing {
                     break;
                 }
@@ -434,6 +501,22 @@ impl ControlTarget<'_> {
             ControlTarget::Gate(g) => g.control(event),
             ControlTarget::Sink(s) => s.control(event),
         }
+    }
+}
+
+/// A control target that keeps the last watermark forwarded to the operator (its
+/// watermark in, for the REST API).
+struct Watched<'a> {
+    target: ControlTarget<'a>,
+    watermark: Option<Arc<std::sync::atomic::AtomicI64>>,
+}
+
+impl Watched<'_> {
+    fn send(&mut self, event: Control) -> Result<()> {
+        if let (Control::Watermark(w), Some(cell)) = (event, &self.watermark) {
+            cell.store(w, Ordering::Relaxed);
+        }
+        self.target.send(event)
     }
 }
 
@@ -510,12 +593,16 @@ fn run_operator(
     job: &JobShared,
     gates: Vec<Box<dyn InputGate>>,
     control: Option<Box<dyn ControlSink>>,
+    cells: Option<&crate::status::NodeCells>,
     ck: &mut Checkpoints<'_>,
 ) -> Result<u64> {
     let exactly_once = job.cfg.checkpoint.as_ref().is_none_or(|c| c.exactly_once);
-    let mut target = match control {
-        Some(c) => ControlTarget::Sink(c),
-        None => ControlTarget::Gate(&*gates[0]),
+    let mut target = Watched {
+        target: match control {
+            Some(c) => ControlTarget::Sink(c),
+            None => ControlTarget::Gate(&*gates[0]),
+        },
+        watermark: cells.map(|c| c.watermark_in.clone()),
     };
     // Flat channel index -> (gate, channel within the gate).
     let channels: Vec<(usize, usize)> = gates
@@ -568,7 +655,10 @@ fn run_operator(
                 }
             }
             let cmd_index = sel.recv(&commands);
-            match sel.select_timeout(Duration::from_millis(10)) {
+            let waited = IdleTimer::start(&ck.spec.metrics);
+            let selected = sel.select_timeout(Duration::from_millis(10));
+            drop(waited);
+            match selected {
                 Ok(op) if op.index() == cmd_index => match op.recv(&commands) {
                     Ok(cmd) => Some(Got::Command(cmd)),
                     Err(_) => return Err(Error::Cancelled),
@@ -594,6 +684,9 @@ fn run_operator(
                     GateEvent::Records(n) => {
                         records += n as u64;
                         ck.spec.progress.store(records, Ordering::Relaxed);
+                        if let Some(c) = cells {
+                            c.records_in[channels[flat].0].fetch_add(n as u64, Ordering::Relaxed);
+                        }
                         tracker.on_record(flat);
                     }
                     GateEvent::Watermark(w) => {
@@ -644,6 +737,7 @@ fn run_operator(
         if cancelled(ck) {
             return Err(Error::Cancelled);
         }
+        let _idle = IdleTimer::start(&ck.spec.metrics);
         match commands.recv_timeout(Duration::from_millis(10)) {
             Ok(cmd) => ck.on_command(cmd)?,
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}

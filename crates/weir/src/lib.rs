@@ -163,6 +163,22 @@ impl Env {
         self
     }
 
+    /// Serves the job's REST API (`http://ADDRESS/v1/job`, `/v1/operators`,
+    /// `/v1/checkpoints`, `/v1/exceptions`, and the actions `POST /v1/savepoints` and
+    /// `POST /v1/job/cancel`; see docs/operations.md) and its metrics (`/metrics`) while the
+    /// job runs. `ADDRESS` is `host:port`; port 0 picks a free port, which
+    /// `JobHandle::web_address` tells. Operators then also count their records in and out
+    /// and keep their watermarks for the API.
+    ///
+    /// ```
+    /// let env = weir::Env::new().web_address("127.0.0.1:8081");
+    /// assert_eq!(env.config().web_address.as_deref(), Some("127.0.0.1:8081"));
+    /// ```
+    pub fn web_address(mut self, address: &str) -> Self {
+        self.config.web_address = Some(address.to_string());
+        self
+    }
+
     /// Runs the job as part of a cluster: as its coordinator, or as a worker on a
     /// connection made by [`cluster::join`]. Every process builds the same pipeline.
     pub fn cluster(mut self, cluster: weir_runtime::ClusterConfig) -> Self {

@@ -193,6 +193,9 @@ impl<T: 'static, S: SourceFunction<T>> SourceTask for SourceRunner<T, S> {
         }
         self.out.control(event)
     }
+    fn watermark(&self) -> Option<Timestamp> {
+        Some(self.watermark.get()).filter(|w| *w != MIN_WATERMARK)
+    }
 }
 
 struct SourceHooks<T, S> {

@@ -66,6 +66,8 @@ struct Shared {
     /// Woken when a worker joins or is lost.
     changed: crossbeam_channel::Sender<()>,
     stale_messages: weir_core::metrics::Counter,
+    /// The attempt whose tasks' figures the REST API shows.
+    figures_attempt: AtomicU64,
     workers_lost: weir_core::metrics::Counter,
 }
 
@@ -115,6 +117,7 @@ pub(crate) fn run(
             phase: "waiting for workers",
         }),
         changed,
+        figures_attempt: AtomicU64::new(0),
         stale_messages: weir_core::metrics::counter(
             "cluster_stale_messages_total",
             "Messages from tasks of an older job attempt, dropped (zombie fencing).",
@@ -127,6 +130,21 @@ pub(crate) fn run(
         ),
     });
     rt.spawn(accept(listener, shared.clone()));
+    // The REST API's view of the workers and slots (weak: the status outlives nothing here).
+    let weak = Arc::downgrade(&shared);
+    job.status.set_cluster_view(Box::new(move || {
+        let Some(shared) = weak.upgrade() else {
+            return serde_json::Value::Null;
+        };
+        let s = admin::answer(&shared, crate::cluster::wire::AdminRequest::Status);
+        serde_json::json!({
+            "role": "coordinator",
+            "address": address.to_string(),
+            "phase": s["state"],
+            "workers": s["workers"],
+            "slots": s["slots"],
+        })
+    }));
     let mut executor = ClusterExecutor {
         shared: shared.clone(),
         changed: changed_rx,
@@ -316,7 +334,9 @@ impl Executor for ClusterExecutor {
                 .filter(|(id, _)| used.contains(id))
                 .map(|(id, w)| (*id, w.data.clone()))
                 .collect(),
+            count_records: self.shared.job.status.detailed(),
         };
+        self.shared.figures_attempt.store(attempt, Ordering::SeqCst);
         // Every live worker hears of the new attempt (idle ones drop what they ran).
         let frame = wire::encode(&Wire::Deploy(deploy));
         let outs: Vec<UnboundedSender<Vec<u8>>> =
@@ -502,6 +522,13 @@ fn on_message(shared: &Shared, id: u32, tx: &UnboundedSender<Vec<u8>>, msg: Wire
     match msg {
         Wire::Ping { nonce } => {
             let _ = tx.send(wire::encode(&Wire::Pong { nonce }));
+        }
+        Wire::Figures { attempt, tasks } => {
+            // Without the state lock: a heartbeat's figures must never wait for it.
+            if shared.figures_attempt.load(Ordering::SeqCst) == attempt {
+                let job = &shared.job;
+                job.status.remote_figures(&job.graph, &job.plan, tasks);
+            }
         }
         Wire::Built { attempt } => {
             let mut st = shared.state();

@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use weir_core::checkpoint::OperatorSnapshot;
 
 /// Version of the protocol; a worker of another version is refused.
-pub(crate) const PROTOCOL: u32 = 2;
+pub(crate) const PROTOCOL: u32 = 3;
 
 /// Largest frame accepted (a checkpoint acknowledgement carries the state files).
 pub(crate) const MAX_FRAME: usize = 1 << 30;
@@ -76,6 +76,12 @@ pub(crate) enum Wire {
     },
     /// Every task of attempt `attempt` on this worker is built (restored and opened).
     Built { attempt: u64 },
+    /// With every heartbeat: the figures of this worker's tasks of `attempt`, for the
+    /// coordinator's REST API.
+    Figures {
+        attempt: u64,
+        tasks: Vec<crate::status::TaskFigures>,
+    },
 
     // Coordinator → worker.
     /// Answer to Hello: the job to build and the heartbeat settings.
@@ -131,6 +137,8 @@ pub(crate) struct Deploy {
     pub tasks: Vec<(u32, u32, u32)>,
     /// Data address of every worker that runs tasks.
     pub workers: Vec<(u32, String)>,
+    /// Operators count their records in and out (the coordinator serves the REST API).
+    pub count_records: bool,
 }
 
 /// A task's report, as sent over the network.

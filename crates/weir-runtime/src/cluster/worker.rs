@@ -313,8 +313,12 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
                 let _ = ctl_tx.send(None);
             })
         };
+        // The attempt whose tasks run here (0: none), for the figures sent with each ping.
+        let deployed = Arc::new(AtomicU64::new(0));
         let pinger = {
             let out = out.clone();
+            let deployed = deployed.clone();
+            let job = job.clone();
             rt.spawn(async move {
                 let mut tick = tokio::time::interval(heartbeat);
                 loop {
@@ -324,6 +328,11 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
                         .is_err()
                     {
                         return;
+                    }
+                    let attempt = deployed.load(Ordering::SeqCst);
+                    if attempt > 0 {
+                        let tasks = job.status.figures();
+                        let _ = out.send(wire::encode(&Wire::Figures { attempt, tasks }));
                     }
                 }
             })
@@ -345,6 +354,13 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
                     if let Some(a) = current.take() {
                         a.stop();
                     }
+                    job.status.clear_tasks();
+                    job.status.set_detailed(d.count_records);
+                    // Figures only go to a coordinator that serves them.
+                    deployed.store(
+                        if d.count_records { d.attempt } else { 0 },
+                        Ordering::SeqCst,
+                    );
                     attempts += 1;
                     current = Some(start_attempt(&job, &data, me, d, &out, &stats));
                 }

@@ -1,0 +1,183 @@
+//! `weir job status|savepoint|cancel --web HOST:PORT`: a running job's REST API (a job
+//! started with `--web`, or a cluster's coordinator started with it; docs/operations.md).
+//!
+//! A minimal HTTP/1.1 client over a plain TCP connection (one request per connection, as
+//! the server answers), so the tool needs no HTTP library.
+
+use anyhow::{Context, Result, bail};
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// What to ask.
+pub enum Request {
+    Status { json: bool },
+    Savepoint { stop: bool },
+    Cancel,
+}
+
+/// Sends `method path` with `body` to the API at `web`; the status code and the JSON answer.
+fn call(
+    web: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+    timeout: Duration,
+) -> Result<(u16, serde_json::Value)> {
+    let address = web
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve {web}; give the job's --web HOST:PORT"))?
+        .next()
+        .with_context(|| format!("{web} resolves to no address"))?;
+    let mut c = TcpStream::connect_timeout(&address, timeout).with_context(|| {
+        format!("cannot reach the job's REST API at {web}: is the job running with --web {web}?")
+    })?;
+    c.set_read_timeout(Some(timeout))?;
+    c.set_write_timeout(Some(timeout))?;
+    write!(
+        c,
+        "{method} {path} HTTP/1.1\r\nHost: {web}\r\nAccept: application/json\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut response = Vec::new();
+    c.read_to_end(&mut response)
+        .with_context(|| format!("no answer from {web} within {}s", timeout.as_secs()))?;
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .with_context(|| format!("{web} did not answer HTTP"))?;
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("{web} answered without a status: {head}"))?;
+    let json = serde_json::from_str(body)
+        .with_context(|| format!("{web} answered {status} without JSON: {body}"))?;
+    Ok((status, json))
+}
+
+/// Fails with the API's error message unless `status` is one of `ok`.
+fn expect(web: &str, status: u16, answer: &serde_json::Value, ok: &[u16]) -> Result<()> {
+    if ok.contains(&status) {
+        return Ok(());
+    }
+    bail!(
+        "the job at {web} answered {status}: {}",
+        answer["error"].as_str().unwrap_or(&answer.to_string())
+    )
+}
+
+/// Sends the request and prints the answer.
+pub fn run(web: &str, request: Request, timeout: Duration, out: &mut dyn Write) -> Result<()> {
+    match request {
+        Request::Status { json } => {
+            let (status, job) = call(web, "GET", "/v1/job", "", timeout)?;
+            expect(web, status, &job, &[200])?;
+            let (status, ops) = call(web, "GET", "/v1/operators", "", timeout)?;
+            expect(web, status, &ops, &[200])?;
+            let (status, ck) = call(web, "GET", "/v1/checkpoints", "", timeout)?;
+            expect(web, status, &ck, &[200])?;
+            if json {
+                let all = serde_json::json!({ "job": job, "operators": ops, "checkpoints": ck });
+                writeln!(out, "{}", serde_json::to_string_pretty(&all)?)?;
+            } else {
+                write_status(&job, &ops, &ck, out)?;
+            }
+        }
+        Request::Savepoint { stop } => {
+            // The server waits for the savepoint; give it the time the answer may take.
+            let wait_ms = timeout.as_millis() as u64;
+            let body = serde_json::json!({ "stop": stop, "timeout_ms": wait_ms }).to_string();
+            eprintln!(
+                "requested a savepoint{} from the job at {web}; waiting up to {}s",
+                if stop { " and a stop" } else { "" },
+                timeout.as_secs()
+            );
+            let (status, answer) = call(
+                web,
+                "POST",
+                "/v1/savepoints",
+                &body,
+                timeout + Duration::from_secs(5),
+            )?;
+            expect(web, status, &answer, &[200])?;
+            let path = answer["savepoint"]["path"]
+                .as_str()
+                .context("the answer names no savepoint path")?;
+            writeln!(out, "{path}")?;
+        }
+        Request::Cancel => {
+            let (status, answer) = call(web, "POST", "/v1/job/cancel", "", timeout)?;
+            expect(web, status, &answer, &[202])?;
+            writeln!(out, "cancelling the job at {web}")?;
+        }
+    }
+    Ok(())
+}
+
+fn text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => "-".into(),
+        serde_json::Value::Number(n) if n.is_f64() => format!("{:.2}", n.as_f64().unwrap_or(0.0)),
+        other => other.to_string(),
+    }
+}
+
+fn write_status(
+    job: &serde_json::Value,
+    ops: &serde_json::Value,
+    ck: &serde_json::Value,
+    out: &mut dyn Write,
+) -> Result<()> {
+    writeln!(out, "job:             {}", text(&job["name"]))?;
+    writeln!(out, "state:           {}", text(&job["state"]))?;
+    writeln!(
+        out,
+        "attempt:         {} ({} restarts)",
+        text(&job["attempt"]),
+        text(&job["restarts"])
+    )?;
+    let uptime = job["uptime_ms"].as_u64().unwrap_or(0);
+    writeln!(out, "uptime:          {:.1}s", uptime as f64 / 1000.0)?;
+    if let Some(w) = job["cluster"]["workers"].as_array() {
+        writeln!(
+            out,
+            "workers:         {} ({} slots)",
+            w.len(),
+            text(&job["cluster"]["slots"])
+        )?;
+    }
+    match ck["latest_completed"].as_object() {
+        Some(c) => writeln!(
+            out,
+            "last checkpoint: {} {} ({})",
+            text(&c["kind"]),
+            text(&c["id"]),
+            text(&c["path"])
+        )?,
+        None => writeln!(out, "last checkpoint: none")?,
+    }
+    writeln!(
+        out,
+        "\n{:<24} {:>4} {:>12} {:>12} {:>10} {:>6} {:>6}",
+        "operator", "par", "records in", "records out", "out/s", "busy", "bp"
+    )?;
+    for o in ops["operators"].as_array().into_iter().flatten() {
+        writeln!(
+            out,
+            "{:<24} {:>4} {:>12} {:>12} {:>10} {:>6} {:>6}",
+            text(&o["name"]),
+            text(&o["parallelism"]),
+            text(&o["records_in"]),
+            text(&o["records_out"]),
+            o["records_out_per_second"]
+                .as_f64()
+                .map_or("-".into(), |r| format!("{r:.0}")),
+            text(&o["busy_ratio"]),
+            text(&o["backpressured_ratio"]),
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,1153 @@
+//! What a job reports about itself while it runs: its state, its graph, per-subtask
+//! figures, checkpoint history and exceptions, as the JSON views of the REST API
+//! (`crate::web`).
+//!
+//! The runtime feeds it: the job loop sets the state, attempts and restarts and records
+//! checkpoints and failures; each task thread updates its own [`TaskMetrics`] with relaxed
+//! atomic stores (records in and out per operator, the last watermark, the time it was idle
+//! and the time it waited on full output channels). Readers take a snapshot; rates and
+//! time fractions are computed over a sliding window of samples ([`JobStatus::sample`]).
+
+use crate::plan::Plan;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use weir_checkpoint::CheckpointKind;
+use weir_core::exchange::PartitionKind;
+use weir_core::graph::{Graph, NodeKind};
+use weir_core::ids::CheckpointId;
+use weir_core::time::{MAX_WATERMARK, MIN_WATERMARK};
+
+/// Checkpoints and exceptions kept for the views (older ones are dropped).
+const HISTORY: usize = 50;
+/// Rates and fractions are computed over at most this long.
+const WINDOW: Duration = Duration::from_secs(5);
+
+/// The lifecycle state of a job, as `/v1/job` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub(crate) enum JobState {
+    /// Started, tasks not launched yet.
+    Created,
+    /// An attempt's tasks run.
+    Running,
+    /// An attempt failed; the job restarts after its delay.
+    Restarting,
+    /// Cancellation was requested; tasks are stopping.
+    Cancelling,
+    /// Ended: read its input to the end, or stopped with a savepoint.
+    Finished,
+    /// Ended with a failure it did not restart from.
+    Failed,
+    /// Ended by cancellation.
+    Cancelled,
+}
+
+/// One node of the graph, by the plan.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct OperatorInfo {
+    pub id: usize,
+    pub name: String,
+    pub kind: &'static str,
+    pub parallelism: usize,
+    /// The node heading the task (chain) this node runs in.
+    pub task: usize,
+    pub chained: bool,
+}
+
+/// One edge of the graph.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct EdgeInfo {
+    pub from: usize,
+    pub port: usize,
+    pub to: usize,
+    pub gate: usize,
+    pub partitioning: &'static str,
+    /// Runs inside one task (a function call, no channel).
+    pub chained: bool,
+}
+
+/// The cells one node of a task's chain updates.
+pub(crate) struct NodeCells {
+    pub node: usize,
+    /// Records into the node, per input gate.
+    pub records_in: Vec<Arc<AtomicU64>>,
+    /// Records out of the node, per output port.
+    pub records_out: Vec<Arc<AtomicU64>>,
+    /// The last watermark into the node (operators and sinks).
+    pub watermark_in: Arc<AtomicI64>,
+    /// The last watermark out of the node (sources and operators).
+    pub watermark_out: Arc<AtomicI64>,
+}
+
+/// The figures of one running subtask (task = chain of operators), updated by its thread.
+pub(crate) struct TaskMetrics {
+    pub head: usize,
+    pub subtask: usize,
+    started: Instant,
+    /// A task of a cluster worker: its running time as the worker last reported it.
+    remote_elapsed_ns: Option<AtomicU64>,
+    /// Nanoseconds from `started` to the end, 0 while it runs.
+    ended_ns: AtomicU64,
+    /// Time waiting for input (or for nothing to do).
+    pub idle_ns: AtomicU64,
+    /// Time blocked on full output channels.
+    pub backpressured_ns: Arc<AtomicU64>,
+    /// Bytes of state this subtask wrote for the last completed checkpoint.
+    checkpointed_bytes: AtomicU64,
+    pub nodes: Vec<NodeCells>,
+}
+
+impl TaskMetrics {
+    fn new(graph: &Graph, plan: &Plan, head: usize, subtask: usize) -> Self {
+        let mut nodes: Vec<NodeCells> = Vec::new();
+        for n in (0..graph.nodes.len()).filter(|&n| plan.head_of[n] == head) {
+            // A chained node's input is its upstream's output, a function call away: they
+            // share the cells (graph order puts the upstream first).
+            let upstream = graph.nodes[n].inputs.first().filter(|_| plan.chained[n]);
+            let shared = upstream.and_then(|e| {
+                let up = nodes.iter().find(|c| c.node == e.from.0)?;
+                Some((up.records_out[e.port].clone(), up.watermark_out.clone()))
+            });
+            let (records_in, watermark_in) = match shared {
+                Some((records, watermark)) => (vec![records], watermark),
+                None => (
+                    graph.nodes[n].inputs.iter().map(|_| cell()).collect(),
+                    Arc::new(AtomicI64::new(MIN_WATERMARK)),
+                ),
+            };
+            nodes.push(NodeCells {
+                node: n,
+                records_in,
+                records_out: graph.nodes[n].outputs.iter().map(|_| cell()).collect(),
+                watermark_in,
+                watermark_out: Arc::new(AtomicI64::new(MIN_WATERMARK)),
+            });
+        }
+        TaskMetrics {
+            head,
+            subtask,
+            started: Instant::now(),
+            remote_elapsed_ns: None,
+            ended_ns: AtomicU64::new(0),
+            idle_ns: AtomicU64::new(0),
+            backpressured_ns: cell(),
+            checkpointed_bytes: AtomicU64::new(0),
+            nodes,
+        }
+    }
+
+    /// The cells of node `n` of this task's chain.
+    pub(crate) fn node(&self, n: usize) -> Option<&NodeCells> {
+        self.nodes.iter().find(|c| c.node == n)
+    }
+
+    /// Adds idle time.
+    pub(crate) fn idle(&self, d: Duration) {
+        self.idle_ns
+            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// The task's thread has ended.
+    pub(crate) fn ended(&self) {
+        let ns = (self.started.elapsed().as_nanos() as u64).max(1);
+        let _ = self
+            .ended_ns
+            .compare_exchange(0, ns, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    fn totals(&self) -> Totals {
+        let ended = self.ended_ns.load(Ordering::Relaxed);
+        let elapsed = if ended > 0 {
+            ended
+        } else if let Some(e) = &self.remote_elapsed_ns {
+            e.load(Ordering::Relaxed)
+        } else {
+            self.started.elapsed().as_nanos() as u64
+        };
+        let idle = self.idle_ns.load(Ordering::Relaxed);
+        let bp = self.backpressured_ns.load(Ordering::Relaxed);
+        Totals {
+            elapsed,
+            idle: idle.min(elapsed),
+            backpressured: bp.min(elapsed.saturating_sub(idle)),
+            nodes: self
+                .nodes
+                .iter()
+                .map(|c| (sum(&c.records_in), sum(&c.records_out)))
+                .collect(),
+        }
+    }
+}
+
+/// One task's figures as a cluster worker reports them to its coordinator.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct TaskFigures {
+    pub head: u32,
+    pub subtask: u32,
+    pub elapsed_ns: u64,
+    pub ended: bool,
+    pub idle_ns: u64,
+    pub backpressured_ns: u64,
+    pub nodes: Vec<NodeFigures>,
+}
+
+/// One node of a reported task's chain.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct NodeFigures {
+    pub node: u32,
+    /// Per input gate.
+    pub records_in: Vec<u64>,
+    /// Per output port.
+    pub records_out: Vec<u64>,
+    pub watermark_in: i64,
+    pub watermark_out: i64,
+}
+
+fn cell() -> Arc<AtomicU64> {
+    Arc::new(AtomicU64::new(0))
+}
+
+fn sum(cells: &[Arc<AtomicU64>]) -> u64 {
+    cells.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+}
+
+/// Cumulative figures of one task at one moment.
+#[derive(Clone)]
+struct Totals {
+    elapsed: u64,
+    idle: u64,
+    backpressured: u64,
+    /// (records in, records out) per node of the chain, in `TaskMetrics::nodes` order.
+    nodes: Vec<(u64, u64)>,
+}
+
+/// All tasks' totals at one moment of one attempt.
+struct Sample {
+    at: Instant,
+    attempt: u32,
+    tasks: Vec<Totals>,
+}
+
+/// One subtask's acknowledgement of a checkpoint.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct AckView {
+    #[serde(skip)]
+    head: usize,
+    pub operator: String,
+    pub subtask: usize,
+    /// From the trigger to the acknowledgement.
+    pub ack_ms: u64,
+    pub alignment_ms: u64,
+    pub sync_ms: u64,
+    pub size_bytes: u64,
+}
+
+/// One checkpoint or savepoint.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct CheckpointView {
+    pub id: u64,
+    pub kind: &'static str,
+    pub status: &'static str,
+    pub attempt: u32,
+    pub trigger_time_ms: i64,
+    pub duration_ms: Option<u64>,
+    pub alignment_ms: Option<u64>,
+    pub size_bytes: Option<u64>,
+    pub path: Option<String>,
+    pub failure: Option<String>,
+    pub acks: Vec<AckView>,
+    #[serde(skip)]
+    triggered: Instant,
+}
+
+/// A failure of a task.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ExceptionView {
+    pub time_ms: i64,
+    pub attempt: u32,
+    pub operator: Option<String>,
+    pub subtask: Option<usize>,
+    pub message: String,
+    pub root_cause: String,
+}
+
+struct Inner {
+    state: JobState,
+    attempt: u32,
+    restarts: u32,
+    ended_ms: Option<i64>,
+    failure: Option<String>,
+    stopped_with_savepoint: bool,
+    tasks: Vec<Arc<TaskMetrics>>,
+    checkpoints: VecDeque<CheckpointView>,
+    completed: u64,
+    failed: u64,
+    exceptions: VecDeque<ExceptionView>,
+}
+
+/// A job's status, shared by the runtime that feeds it and the REST API that reads it.
+pub(crate) struct JobStatus {
+    pub name: String,
+    start_ms: i64,
+    /// Operators count their records out and keep their watermarks (a wrapper around
+    /// every output; see `task`): on when the job serves its REST API, or, on a cluster
+    /// worker, when its coordinator does.
+    detailed: AtomicBool,
+    operators: Vec<OperatorInfo>,
+    edges: Vec<EdgeInfo>,
+    parallelism: usize,
+    checkpoint_config: Option<serde_json::Value>,
+    inner: Mutex<Inner>,
+    samples: Mutex<VecDeque<Sample>>,
+    /// A cluster coordinator's workers and slots, for `/v1/job`.
+    cluster: Mutex<Option<ClusterView>>,
+}
+
+/// Describes a cluster's workers and slots as JSON.
+pub(crate) type ClusterView = Box<dyn Fn() -> serde_json::Value + Send + Sync>;
+
+fn partitioning(k: PartitionKind) -> &'static str {
+    match k {
+        PartitionKind::Forward => "FORWARD",
+        PartitionKind::Rebalance => "REBALANCE",
+        PartitionKind::Broadcast => "BROADCAST",
+        PartitionKind::Hash => "HASH",
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+impl JobStatus {
+    pub(crate) fn new(
+        name: &str,
+        graph: &Graph,
+        plan: &Plan,
+        cfg: &crate::JobConfig,
+        detailed: bool,
+    ) -> Self {
+        let operators = graph
+            .nodes
+            .iter()
+            .map(|n| OperatorInfo {
+                id: n.id.0,
+                name: n.name.clone(),
+                kind: match n.kind {
+                    NodeKind::Source => "source",
+                    NodeKind::Operator => "operator",
+                    NodeKind::Sink => "sink",
+                },
+                parallelism: plan.parallelism[n.id.0],
+                task: plan.head_of[n.id.0],
+                chained: plan.chained[n.id.0],
+            })
+            .collect();
+        let mut edges = Vec::new();
+        for n in &graph.nodes {
+            for (gate, e) in n.inputs.iter().enumerate() {
+                // The plan's view: a forward edge between different parallelisms is a
+                // rebalance (see the exchange).
+                let kind = match e.kind() {
+                    PartitionKind::Forward
+                        if plan.parallelism[e.from.0] != plan.parallelism[n.id.0] =>
+                    {
+                        PartitionKind::Rebalance
+                    }
+                    k => k,
+                };
+                edges.push(EdgeInfo {
+                    from: e.from.0,
+                    port: e.port,
+                    to: n.id.0,
+                    gate,
+                    partitioning: partitioning(kind),
+                    chained: plan.chained[n.id.0],
+                });
+            }
+        }
+        let checkpoint_config = cfg.checkpoint.as_ref().map(|c| {
+            serde_json::json!({
+                "dir": c.dir.display().to_string(),
+                "interval_ms": ms(c.interval),
+                "min_pause_ms": ms(c.min_pause),
+                "timeout_ms": ms(c.timeout),
+                "retain": c.retain,
+                "exactly_once": c.exactly_once,
+                "restart_strategy": c.restart.to_string(),
+            })
+        });
+        JobStatus {
+            name: name.to_string(),
+            start_ms: crate::task::now_ms(),
+            detailed: AtomicBool::new(detailed),
+            operators,
+            edges,
+            parallelism: cfg.parallelism,
+            checkpoint_config,
+            inner: Mutex::new(Inner {
+                state: JobState::Created,
+                attempt: 0,
+                restarts: 0,
+                ended_ms: None,
+                failure: None,
+                stopped_with_savepoint: false,
+                tasks: Vec::new(),
+                checkpoints: VecDeque::new(),
+                completed: 0,
+                failed: 0,
+                exceptions: VecDeque::new(),
+            }),
+            samples: Mutex::new(VecDeque::new()),
+            cluster: Mutex::new(None),
+        }
+    }
+
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    // ---- fed by the runtime ----
+
+    /// True when operators count their records (see the field).
+    pub(crate) fn detailed(&self) -> bool {
+        self.detailed.load(Ordering::Relaxed)
+    }
+
+    /// A cluster worker whose coordinator serves the API counts records too.
+    pub(crate) fn set_detailed(&self, on: bool) {
+        self.detailed.store(on, Ordering::Relaxed);
+    }
+
+    /// A cluster worker starts another attempt: its tasks replace the last one's.
+    pub(crate) fn clear_tasks(&self) {
+        self.inner().tasks.clear();
+    }
+
+    /// The figures of this process's tasks, for a cluster worker's report.
+    pub(crate) fn figures(&self) -> Vec<TaskFigures> {
+        let tasks = self.inner().tasks.clone();
+        tasks
+            .iter()
+            .map(|t| {
+                let totals = t.totals();
+                let load = |c: &[Arc<AtomicU64>]| -> Vec<u64> {
+                    c.iter().map(|c| c.load(Ordering::Relaxed)).collect()
+                };
+                TaskFigures {
+                    head: t.head as u32,
+                    subtask: t.subtask as u32,
+                    elapsed_ns: totals.elapsed,
+                    ended: t.ended_ns.load(Ordering::Relaxed) > 0,
+                    idle_ns: totals.idle,
+                    backpressured_ns: totals.backpressured,
+                    nodes: t
+                        .nodes
+                        .iter()
+                        .map(|n| NodeFigures {
+                            node: n.node as u32,
+                            records_in: load(&n.records_in),
+                            records_out: load(&n.records_out),
+                            watermark_in: n.watermark_in.load(Ordering::Relaxed),
+                            watermark_out: n.watermark_out.load(Ordering::Relaxed),
+                        })
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// A cluster coordinator: a worker reported its tasks' figures (of the current
+    /// attempt).
+    pub(crate) fn remote_figures(&self, graph: &Graph, plan: &Plan, figures: Vec<TaskFigures>) {
+        let mut i = self.inner();
+        for f in figures {
+            let (head, subtask) = (f.head as usize, f.subtask as usize);
+            if head >= graph.nodes.len() || plan.head_of[head] != head {
+                continue;
+            }
+            let t = match i
+                .tasks
+                .iter()
+                .find(|t| t.head == head && t.subtask == subtask)
+            {
+                Some(t) => t.clone(),
+                None => {
+                    let mut t = TaskMetrics::new(graph, plan, head, subtask);
+                    t.remote_elapsed_ns = Some(AtomicU64::new(0));
+                    let t = Arc::new(t);
+                    i.tasks.push(t.clone());
+                    i.tasks.sort_by_key(|t| (t.head, t.subtask));
+                    t
+                }
+            };
+            if let Some(e) = &t.remote_elapsed_ns {
+                e.store(f.elapsed_ns, Ordering::Relaxed);
+            }
+            if f.ended {
+                t.ended_ns.store(f.elapsed_ns.max(1), Ordering::Relaxed);
+            }
+            t.idle_ns.store(f.idle_ns, Ordering::Relaxed);
+            t.backpressured_ns
+                .store(f.backpressured_ns, Ordering::Relaxed);
+            for n in f.nodes {
+                let Some(cells) = t.node(n.node as usize) else {
+                    continue;
+                };
+                for (c, v) in cells.records_in.iter().zip(n.records_in) {
+                    c.store(v, Ordering::Relaxed);
+                }
+                for (c, v) in cells.records_out.iter().zip(n.records_out) {
+                    c.store(v, Ordering::Relaxed);
+                }
+                cells.watermark_in.store(n.watermark_in, Ordering::Relaxed);
+                cells
+                    .watermark_out
+                    .store(n.watermark_out, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The job runs as a cluster's coordinator: `view` describes its workers and slots.
+    pub(crate) fn set_cluster_view(&self, view: ClusterView) {
+        *self.cluster.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
+    }
+
+    /// The figures of a new task of the current attempt (registered for the views).
+    pub(crate) fn task(
+        &self,
+        graph: &Graph,
+        plan: &Plan,
+        head: usize,
+        subtask: usize,
+    ) -> Arc<TaskMetrics> {
+        let t = Arc::new(TaskMetrics::new(graph, plan, head, subtask));
+        self.inner().tasks.push(t.clone());
+        t
+    }
+
+    /// A new attempt starts (the first one, or a restart): its tasks replace the last
+    /// attempt's.
+    pub(crate) fn attempt_started(&self, attempt: u32) {
+        let mut i = self.inner();
+        i.attempt = attempt + 1;
+        i.restarts = attempt;
+        i.tasks.clear();
+        if i.state != JobState::Cancelling {
+            i.state = JobState::Running;
+        }
+    }
+
+    /// The attempt failed and the job restarts.
+    pub(crate) fn restarting(&self) {
+        let mut i = self.inner();
+        if i.state == JobState::Running {
+            i.state = JobState::Restarting;
+        }
+    }
+
+    /// Cancellation was requested.
+    pub(crate) fn cancelling(&self) {
+        let mut i = self.inner();
+        if i.ended_ms.is_none() {
+            i.state = JobState::Cancelling;
+        }
+    }
+
+    /// The job ended with `result`.
+    pub(crate) fn ended(&self, result: &weir_core::Result<crate::JobResult>) {
+        let mut i = self.inner();
+        i.ended_ms = Some(crate::task::now_ms());
+        match result {
+            Ok(r) => {
+                i.state = JobState::Finished;
+                i.stopped_with_savepoint = r.stopped_with_savepoint;
+            }
+            Err(weir_core::Error::Cancelled) => i.state = JobState::Cancelled,
+            Err(e) => {
+                i.state = JobState::Failed;
+                i.failure = Some(e.to_string());
+            }
+        }
+    }
+
+    /// A task of the current attempt failed (a root cause, not a consequence).
+    pub(crate) fn exception(&self, operator: &str, subtask: usize, e: &weir_core::Error) {
+        let (operator, subtask) = match e {
+            weir_core::Error::Operator { location, .. } => {
+                (location.operator.clone(), location.subtask)
+            }
+            _ => (operator.to_string(), subtask),
+        };
+        let mut root: &dyn std::error::Error = e;
+        while let Some(s) = root.source() {
+            root = s;
+        }
+        let mut i = self.inner();
+        let attempt = i.attempt;
+        i.exceptions.push_front(ExceptionView {
+            time_ms: crate::task::now_ms(),
+            attempt,
+            operator: Some(operator),
+            subtask: Some(subtask),
+            message: e.to_string(),
+            root_cause: root.to_string(),
+        });
+        i.exceptions.truncate(HISTORY);
+    }
+
+    /// The job failed outside any task (configuration, restore, checkpoint storage).
+    pub(crate) fn job_exception(&self, e: &weir_core::Error) {
+        let mut i = self.inner();
+        let attempt = i.attempt;
+        if i.exceptions
+            .front()
+            .is_some_and(|x| x.message == e.to_string())
+        {
+            return;
+        }
+        i.exceptions.push_front(ExceptionView {
+            time_ms: crate::task::now_ms(),
+            attempt,
+            operator: None,
+            subtask: None,
+            message: e.to_string(),
+            root_cause: e.to_string(),
+        });
+        i.exceptions.truncate(HISTORY);
+    }
+
+    fn checkpoint(&self, i: &mut Inner, id: CheckpointId) -> Option<usize> {
+        i.checkpoints.iter().position(|c| c.id == id.0)
+    }
+
+    /// Checkpoint `id` was triggered.
+    pub(crate) fn checkpoint_triggered(&self, id: CheckpointId, kind: CheckpointKind) {
+        let mut i = self.inner();
+        let attempt = i.attempt;
+        i.checkpoints.push_front(CheckpointView {
+            id: id.0,
+            kind: kind.as_str(),
+            status: "IN_PROGRESS",
+            attempt,
+            trigger_time_ms: crate::task::now_ms(),
+            duration_ms: None,
+            alignment_ms: None,
+            size_bytes: None,
+            path: None,
+            failure: None,
+            acks: Vec::new(),
+            triggered: Instant::now(),
+        });
+        i.checkpoints.truncate(HISTORY);
+    }
+
+    /// A task acknowledged checkpoint `id`.
+    pub(crate) fn checkpoint_acked(
+        &self,
+        id: CheckpointId,
+        head: usize,
+        subtask: usize,
+        bytes: u64,
+        alignment: Duration,
+        sync: Duration,
+    ) {
+        let operator = self.operators[head].name.clone();
+        let mut i = self.inner();
+        if let Some(c) = self.checkpoint(&mut i, id) {
+            let c = &mut i.checkpoints[c];
+            let ack_ms = ms(c.triggered.elapsed());
+            c.acks.push(AckView {
+                head,
+                operator,
+                subtask,
+                ack_ms,
+                alignment_ms: ms(alignment),
+                sync_ms: ms(sync),
+                size_bytes: bytes,
+            });
+        }
+    }
+
+    /// Every task acknowledged checkpoint `id`; it is being written.
+    pub(crate) fn checkpoint_acknowledged(
+        &self,
+        id: CheckpointId,
+        stats: &weir_checkpoint::CheckpointStats,
+    ) {
+        let mut i = self.inner();
+        if let Some(c) = self.checkpoint(&mut i, id) {
+            let c = &mut i.checkpoints[c];
+            c.duration_ms = Some(ms(stats.duration));
+            c.alignment_ms = Some(ms(stats.max_alignment));
+            c.size_bytes = Some(stats.bytes);
+        }
+    }
+
+    /// Checkpoint `id` is in storage at `path`.
+    pub(crate) fn checkpoint_completed(&self, id: CheckpointId, path: &std::path::Path) {
+        let mut i = self.inner();
+        i.completed += 1;
+        if let Some(c) = self.checkpoint(&mut i, id) {
+            i.checkpoints[c].status = "COMPLETED";
+            i.checkpoints[c].path = Some(path.display().to_string());
+            let acks = i.checkpoints[c].acks.clone();
+            for t in &i.tasks {
+                if let Some(a) = acks
+                    .iter()
+                    .find(|a| a.head == t.head && a.subtask == t.subtask)
+                {
+                    t.checkpointed_bytes.store(a.size_bytes, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Checkpoint `id` failed or was aborted.
+    pub(crate) fn checkpoint_failed(&self, id: CheckpointId, reason: String) {
+        let mut i = self.inner();
+        i.failed += 1;
+        if let Some(c) = self.checkpoint(&mut i, id) {
+            i.checkpoints[c].status = "FAILED";
+            i.checkpoints[c].failure = Some(reason);
+        }
+    }
+
+    /// The attempt ended: checkpoints still in progress will never complete.
+    pub(crate) fn attempt_ended(&self) {
+        let mut i = self.inner();
+        let mut n = 0;
+        for c in i
+            .checkpoints
+            .iter_mut()
+            .filter(|c| c.status == "IN_PROGRESS")
+        {
+            c.status = "FAILED";
+            c.failure = Some("the attempt ended before it completed".into());
+            n += 1;
+        }
+        i.failed += n;
+    }
+
+    // ---- read by the REST API ----
+
+    /// True while the job has not ended.
+    pub(crate) fn is_running(&self) -> bool {
+        self.inner().ended_ms.is_none()
+    }
+
+    /// Takes a sample of every task's totals for the rates, keeping those of the last
+    /// window. Called about once a second.
+    pub(crate) fn sample(&self) {
+        let (attempt, tasks) = {
+            let i = self.inner();
+            (i.attempt, i.tasks.clone())
+        };
+        let now = Instant::now();
+        let mut s = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        s.retain(|x| x.attempt == attempt);
+        s.push_back(Sample {
+            at: now,
+            attempt,
+            tasks: tasks.iter().map(|t| t.totals()).collect(),
+        });
+        // Keep the newest sample older than the window (the base of the rates) and the
+        // ones after it.
+        while s.len() > 2 && now.duration_since(s[1].at) >= WINDOW {
+            s.pop_front();
+        }
+    }
+
+    /// `GET /v1/job`.
+    pub(crate) fn job_view(&self) -> serde_json::Value {
+        let cluster = self
+            .cluster
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|f| f());
+        let i = self.inner();
+        let now = crate::task::now_ms();
+        let end = i.ended_ms.unwrap_or(now);
+        serde_json::json!({
+            "name": self.name,
+            "state": i.state,
+            "start_time_ms": self.start_ms,
+            "end_time_ms": i.ended_ms,
+            "uptime_ms": (end - self.start_ms).max(0),
+            "attempt": i.attempt,
+            "restarts": i.restarts,
+            "parallelism": self.parallelism,
+            "tasks": i.tasks.len(),
+            "checkpointing": self.checkpoint_config.is_some(),
+            "stopped_with_savepoint": i.stopped_with_savepoint,
+            "failure": i.failure,
+            "cluster": cluster,
+        })
+    }
+
+    /// `GET /v1/operators`.
+    pub(crate) fn operators_view(&self) -> serde_json::Value {
+        let (attempt, tasks) = {
+            let i = self.inner();
+            (i.attempt, i.tasks.clone())
+        };
+        let now = Instant::now();
+        let now_ms = crate::task::now_ms();
+        let current: Vec<Totals> = tasks.iter().map(|t| t.totals()).collect();
+        // The base of the rates: the oldest sample of this attempt within the window, or
+        // the tasks' start.
+        let base: Option<(f64, Vec<Totals>)> = {
+            let s = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+            s.iter()
+                .find(|x| {
+                    x.attempt == attempt
+                        && x.tasks.len() == current.len()
+                        && now.duration_since(x.at) <= WINDOW + Duration::from_secs(1)
+                        && now.duration_since(x.at) >= Duration::from_millis(200)
+                })
+                .map(|x| (now.duration_since(x.at).as_secs_f64(), x.tasks.clone()))
+        };
+        let mut operators = Vec::new();
+        for op in &self.operators {
+            let mut subtasks = Vec::new();
+            for (k, t) in tasks.iter().enumerate() {
+                let Some(pos) = t.nodes.iter().position(|c| c.node == op.id) else {
+                    continue;
+                };
+                let cells = &t.nodes[pos];
+                let cur = &current[k];
+                let (rin, rout) = cur.nodes[pos];
+                let (secs, prev) = match &base {
+                    Some((secs, b)) => (*secs, b[k].clone()),
+                    None => (
+                        cur.elapsed as f64 / 1e9,
+                        Totals {
+                            elapsed: 0,
+                            idle: 0,
+                            backpressured: 0,
+                            nodes: vec![(0, 0); cur.nodes.len()],
+                        },
+                    ),
+                };
+                let rate = |now: u64, before: u64| {
+                    if secs > 0.0 {
+                        now.saturating_sub(before) as f64 / secs
+                    } else {
+                        0.0
+                    }
+                };
+                let span = cur.elapsed.saturating_sub(prev.elapsed);
+                let frac = |now: u64, before: u64| {
+                    if span > 0 {
+                        (now.saturating_sub(before) as f64 / span as f64).clamp(0.0, 1.0)
+                    } else {
+                        0.0
+                    }
+                };
+                let idle = frac(cur.idle, prev.idle);
+                let bp = frac(cur.backpressured, prev.backpressured);
+                let ended = t.ended_ns.load(Ordering::Relaxed) > 0;
+                let busy = if ended || span == 0 {
+                    0.0
+                } else {
+                    (1.0 - idle - bp).max(0.0)
+                };
+                let has_inputs = !cells.records_in.is_empty();
+                let wm = if has_inputs {
+                    cells.watermark_in.load(Ordering::Relaxed)
+                } else {
+                    cells.watermark_out.load(Ordering::Relaxed)
+                };
+                let watermark = (self.detailed() && wm != MIN_WATERMARK).then_some(wm);
+                let lag = watermark
+                    .filter(|&w| w != MAX_WATERMARK)
+                    .map(|w| now_ms.saturating_sub(w));
+                let state = t.checkpointed_bytes.load(Ordering::Relaxed);
+                // What the operator registered itself (weir::metrics), for this subtask.
+                let subtask = t.subtask.to_string();
+                let metrics: Vec<serde_json::Value> = weir_core::metrics::series_with(&[
+                    ("operator", op.name.as_str()),
+                    ("subtask", subtask.as_str()),
+                ])
+                .into_iter()
+                .map(|m| {
+                    let labels: serde_json::Map<String, serde_json::Value> = m
+                        .labels
+                        .into_iter()
+                        .map(|(k, v)| (k, serde_json::Value::String(v)))
+                        .collect();
+                    serde_json::json!({ "name": m.name, "labels": labels, "value": m.value })
+                })
+                .collect();
+                subtasks.push(serde_json::json!({
+                    "subtask": t.subtask,
+                    "running": !ended,
+                    "records_in": self.detailed().then_some(rin),
+                    "records_out": self.detailed().then_some(rout),
+                    "records_in_per_second": self.detailed().then(|| rate(rin, prev.nodes[pos].0)),
+                    "records_out_per_second": self.detailed().then(|| rate(rout, prev.nodes[pos].1)),
+                    "busy_ratio": busy,
+                    "idle_ratio": if ended { 1.0 } else { idle },
+                    "backpressured_ratio": if ended { 0.0 } else { bp },
+                    "busy_ms": (cur.elapsed - cur.idle - cur.backpressured) / 1_000_000,
+                    "idle_ms": cur.idle / 1_000_000,
+                    "backpressured_ms": cur.backpressured / 1_000_000,
+                    "watermark": watermark,
+                    "watermark_lag_ms": lag,
+                    "checkpointed_state_bytes": (self.checkpoint_config.is_some()).then_some(state),
+                    "metrics": metrics,
+                }));
+            }
+            let total = |key: &str| -> serde_json::Value {
+                if !self.detailed() {
+                    return serde_json::Value::Null;
+                }
+                let s: f64 = subtasks.iter().filter_map(|s| s[key].as_f64()).sum();
+                if key.ends_with("per_second") {
+                    serde_json::json!(s)
+                } else {
+                    serde_json::json!(s as u64)
+                }
+            };
+            let max = |key: &str| -> f64 {
+                subtasks
+                    .iter()
+                    .filter_map(|s| s[key].as_f64())
+                    .fold(0.0, f64::max)
+            };
+            // The operator's watermark is its slowest subtask's.
+            let watermark = subtasks
+                .iter()
+                .map(|s| s["watermark"].as_i64())
+                .collect::<Option<Vec<i64>>>()
+                .and_then(|w| w.into_iter().min());
+            let lag = watermark
+                .filter(|&w| w != MAX_WATERMARK)
+                .map(|w| now_ms.saturating_sub(w));
+            let mut v = serde_json::to_value(op).expect("serializable");
+            let o = v.as_object_mut().expect("an object");
+            o.insert("records_in".into(), total("records_in"));
+            o.insert("records_out".into(), total("records_out"));
+            o.insert(
+                "records_in_per_second".into(),
+                total("records_in_per_second"),
+            );
+            o.insert(
+                "records_out_per_second".into(),
+                total("records_out_per_second"),
+            );
+            o.insert("busy_ratio".into(), serde_json::json!(max("busy_ratio")));
+            o.insert(
+                "backpressured_ratio".into(),
+                serde_json::json!(max("backpressured_ratio")),
+            );
+            o.insert("watermark".into(), serde_json::json!(watermark));
+            o.insert("watermark_lag_ms".into(), serde_json::json!(lag));
+            o.insert("subtasks".into(), serde_json::Value::Array(subtasks));
+            operators.push(v);
+        }
+        serde_json::json!({
+            "attempt": attempt,
+            "operators": operators,
+            "edges": self.edges,
+        })
+    }
+
+    /// `GET /v1/checkpoints`.
+    pub(crate) fn checkpoints_view(&self) -> serde_json::Value {
+        let i = self.inner();
+        let in_progress = i
+            .checkpoints
+            .iter()
+            .filter(|c| c.status == "IN_PROGRESS")
+            .count();
+        let latest = i.checkpoints.iter().find(|c| c.status == "COMPLETED");
+        serde_json::json!({
+            "enabled": self.checkpoint_config.is_some(),
+            "config": self.checkpoint_config,
+            "counts": {
+                "completed": i.completed,
+                "failed": i.failed,
+                "in_progress": in_progress,
+            },
+            "latest_completed": latest,
+            "history": i.checkpoints,
+        })
+    }
+
+    /// `GET /v1/exceptions`.
+    pub(crate) fn exceptions_view(&self) -> serde_json::Value {
+        let i = self.inner();
+        serde_json::json!({ "exceptions": i.exceptions })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::dsl::Pipeline;
+
+    /// numbers (source, P1) → double (P2, rebalance) → discard (chained): heads 0 and 1.
+    fn model() -> (Graph, Plan, JobStatus) {
+        let p = Pipeline::new();
+        p.from_collection(vec![1i64, 2, 3])
+            .name("numbers")
+            .parallelism(1)
+            .map(|v| v * 2)
+            .name("double")
+            .parallelism(2)
+            .discard();
+        let graph = p.take_graph();
+        let cfg = crate::JobConfig {
+            parallelism: 2,
+            ..crate::JobConfig::default()
+        };
+        let plan = Plan::new(&graph, &cfg).unwrap();
+        let status = JobStatus::new("model", &graph, &plan, &cfg, true);
+        (graph, plan, status)
+    }
+
+    #[test]
+    fn a_checkpoint_is_in_progress_then_completed_failed_or_abandoned() {
+        let (_, _, s) = model();
+        s.attempt_started(0);
+        s.checkpoint_triggered(CheckpointId(1), CheckpointKind::Checkpoint);
+        s.checkpoint_acked(
+            CheckpointId(1),
+            1,
+            1,
+            40,
+            Duration::from_millis(3),
+            Duration::ZERO,
+        );
+        let stats = weir_checkpoint::CheckpointStats {
+            triggered_at: Instant::now(),
+            duration: Duration::from_millis(12),
+            bytes: 40,
+            max_alignment: Duration::from_millis(3),
+            max_sync: Duration::ZERO,
+            max_async: Duration::ZERO,
+            tasks: Vec::new(),
+        };
+        s.checkpoint_acknowledged(CheckpointId(1), &stats);
+        s.checkpoint_completed(CheckpointId(1), std::path::Path::new("/ck/chk-1"));
+        s.checkpoint_triggered(CheckpointId(2), CheckpointKind::Savepoint);
+        s.checkpoint_failed(CheckpointId(2), "timed out".into());
+        s.checkpoint_triggered(CheckpointId(3), CheckpointKind::Checkpoint);
+        s.attempt_ended();
+        let v = s.checkpoints_view();
+        assert_eq!(
+            v["counts"],
+            serde_json::json!({"completed": 1, "failed": 2, "in_progress": 0})
+        );
+        let ids: Vec<u64> = v["history"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(ids, [3, 2, 1]);
+        assert_eq!(
+            v["history"][0]["failure"],
+            "the attempt ended before it completed"
+        );
+        assert_eq!(v["history"][1]["kind"], "savepoint");
+        assert_eq!(v["history"][1]["failure"], "timed out");
+        let latest = &v["latest_completed"];
+        assert_eq!(latest["path"], "/ck/chk-1");
+        assert_eq!(latest["duration_ms"], 12);
+        assert_eq!(latest["alignment_ms"], 3);
+        assert_eq!(latest["acks"][0]["operator"], "double");
+        assert_eq!(latest["acks"][0]["subtask"], 1);
+        assert_eq!(latest["acks"][0]["size_bytes"], 40);
+    }
+
+    #[test]
+    fn an_exception_names_the_failed_operator_and_its_root_cause() {
+        let (_, _, s) = model();
+        s.attempt_started(0);
+        let e = weir_core::Error::user("disk full").at(|| weir_core::error::Location {
+            operator: "discard".into(),
+            subtask: 1,
+            parallelism: 2,
+        });
+        s.exception("double", 1, &e);
+        s.attempt_started(1);
+        s.exception("double", 0, &weir_core::Error::Panic("boom".into()));
+        let v = s.exceptions_view();
+        let list = v["exceptions"].as_array().unwrap();
+        assert_eq!(list.len(), 2);
+        // Newest first; without a location, the task's head names it.
+        assert_eq!(list[0]["operator"], "double");
+        assert_eq!(list[0]["subtask"], 0);
+        assert_eq!(list[0]["attempt"], 2);
+        assert_eq!(list[1]["operator"], "discard");
+        assert_eq!(list[1]["subtask"], 1);
+        assert_eq!(list[1]["attempt"], 1);
+        assert_eq!(list[1]["root_cause"], "disk full");
+        assert_eq!(
+            list[1]["message"],
+            "operator 'discard' (subtask 2/2) failed: disk full"
+        );
+        assert_eq!(s.job_view()["restarts"], 1);
+    }
+
+    #[test]
+    fn time_fractions_and_counts_come_from_the_reported_figures() {
+        let (graph, plan, s) = model();
+        s.attempt_started(0);
+        // A cluster worker's report: one second of subtask 0 of 'double' (chained with
+        // 'discard'), a quarter idle and half backpressured.
+        let figures = TaskFigures {
+            head: 1,
+            subtask: 0,
+            elapsed_ns: 1_000_000_000,
+            ended: false,
+            idle_ns: 250_000_000,
+            backpressured_ns: 500_000_000,
+            nodes: vec![
+                NodeFigures {
+                    node: 1,
+                    records_in: vec![7],
+                    records_out: vec![7],
+                    watermark_in: 5,
+                    watermark_out: 5,
+                },
+                NodeFigures {
+                    node: 2,
+                    records_in: vec![7],
+                    records_out: vec![],
+                    watermark_in: 5,
+                    watermark_out: MIN_WATERMARK,
+                },
+            ],
+        };
+        s.remote_figures(&graph, &plan, vec![figures]);
+        let v = s.operators_view();
+        let double = &v["operators"][1];
+        assert_eq!(double["name"], "double");
+        let sub = &double["subtasks"][0];
+        assert_eq!(sub["busy_ratio"], 0.25);
+        assert_eq!(sub["idle_ratio"], 0.25);
+        assert_eq!(sub["backpressured_ratio"], 0.5);
+        assert_eq!(sub["busy_ms"], 250);
+        assert_eq!(sub["backpressured_ms"], 500);
+        assert_eq!(sub["records_in"], 7);
+        assert_eq!(sub["records_in_per_second"], 7.0);
+        assert_eq!(sub["watermark"], 5);
+        assert_eq!(double["records_out"], 7);
+        assert_eq!(double["backpressured_ratio"], 0.5);
+        // The chained sink shares its upstream's cells.
+        assert_eq!(v["operators"][2]["records_in"], 7);
+        assert_eq!(v["operators"][2]["chained"], true);
+        assert_eq!(v["operators"][2]["task"], 1);
+        // Only the subtask that reported is listed.
+        assert_eq!(double["subtasks"].as_array().unwrap().len(), 1);
+        assert_eq!(v["edges"][0]["partitioning"], "REBALANCE");
+    }
+}
