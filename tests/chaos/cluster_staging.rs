@@ -144,13 +144,15 @@ fn run(s: &Scenario, failpoints: Option<&str>) -> (Seen, String, PathBuf) {
 
 #[test]
 fn the_staging_area_holds_only_the_checkpoints_around_the_latest_complete_one() {
-    let s = Scenario::new(40_000, 40, 61);
+    // Long enough for dozens of checkpoints; on a loaded machine fewer complete in the same
+    // time, and 20 still show whether staged files pile up.
+    let s = Scenario::new(60_000, 40, 61);
     let (seen, log, tmp) = run(&s, None);
     s.check();
     assert!(!log.contains("restarting"), "{log}");
     let last = *seen.checkpoints.keys().next_back().expect("checkpoints");
     assert!(
-        last >= 30,
+        last >= 20,
         "only {last} checkpoints: the test saw too little"
     );
     let ids: Vec<u64> = seen.checkpoints.keys().copied().collect();
