@@ -92,6 +92,12 @@ fn write_operator(op: &OperatorManifest, out: &mut dyn Write) -> Result<()> {
 
 fn write_subtask(st: &SubtaskManifest, out: &mut dyn Write) -> Result<()> {
     writeln!(out, "  subtask {}", st.subtask)?;
+    // The event time this subtask had reached; a resumed job starts from the minimum.
+    match st.watermark {
+        Some(i64::MAX) => writeln!(out, "    watermark: end of input")?,
+        Some(w) => writeln!(out, "    watermark: {w}")?,
+        None => {}
+    }
     let name_w = st.files.iter().map(|f| f.name.len()).max().unwrap_or(0);
     let size_w = st
         .files

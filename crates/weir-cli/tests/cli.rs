@@ -55,7 +55,8 @@ fn manifest(id: u64, kind: CheckpointKind, sum_files: Vec<Vec<FileEntry>>) -> Ma
                 subtask: i,
                 files: vec![],
                 operator_state: Some(serde_json::json!({ format!("payments/{i}"): 40 + i })),
-                watermark: None,
+                // Subtask 0 had reached event time 1000; subtask 1 none yet.
+                watermark: (i == 0).then_some(1_000),
             })
             .collect(),
     });
@@ -263,6 +264,7 @@ fn inspect_shows_the_verified_manifest() {
         "operator src (kafka source)".to_string(),
         "  parallelism: 2".to_string(),
         "  subtask 0".to_string(),
+        "    watermark: 1000".to_string(),
         "    operator state: {\"payments/0\":40}".to_string(),
         "  subtask 1".to_string(),
         "    operator state: {\"payments/1\":41}".to_string(),
