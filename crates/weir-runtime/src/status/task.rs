@@ -1,0 +1,165 @@
+//! The figures of one running subtask, updated by its own thread with relaxed atomic
+//! stores, and the form in which a cluster worker reports them to its coordinator.
+
+use crate::plan::Plan;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use weir_core::graph::Graph;
+use weir_core::time::MIN_WATERMARK;
+
+/// The cells one node of a task's chain updates.
+pub(crate) struct NodeCells {
+    pub node: usize,
+    /// Records into the node, per input gate.
+    pub records_in: Vec<Arc<AtomicU64>>,
+    /// Records out of the node, per output port.
+    pub records_out: Vec<Arc<AtomicU64>>,
+    /// The last watermark into the node (operators and sinks).
+    pub watermark_in: Arc<AtomicI64>,
+    /// The last watermark out of the node (sources and operators).
+    pub watermark_out: Arc<AtomicI64>,
+}
+
+/// The figures of one running subtask (task = chain of operators), updated by its thread.
+pub(crate) struct TaskMetrics {
+    pub head: usize,
+    pub subtask: usize,
+    pub(super) started: Instant,
+    /// A task of a cluster worker: its running time as the worker last reported it.
+    pub(super) remote_elapsed_ns: Option<AtomicU64>,
+    /// Nanoseconds from `started` to the end, 0 while it runs.
+    pub(super) ended_ns: AtomicU64,
+    /// Time waiting for input (or for nothing to do).
+    pub idle_ns: AtomicU64,
+    /// Time blocked on full output channels.
+    pub backpressured_ns: Arc<AtomicU64>,
+    /// Bytes of state this subtask wrote for the last completed checkpoint.
+    pub(super) checkpointed_bytes: AtomicU64,
+    pub nodes: Vec<NodeCells>,
+}
+
+impl TaskMetrics {
+    pub(super) fn new(graph: &Graph, plan: &Plan, head: usize, subtask: usize) -> Self {
+        let mut nodes: Vec<NodeCells> = Vec::new();
+        for n in (0..graph.nodes.len()).filter(|&n| plan.head_of[n] == head) {
+            // A chained node's input is its upstream's output, a function call away: they
+            // share the cells (graph order puts the upstream first).
+            let upstream = graph.nodes[n].inputs.first().filter(|_| plan.chained[n]);
+            let shared = upstream.and_then(|e| {
+                let up = nodes.iter().find(|c| c.node == e.from.0)?;
+                Some((up.records_out[e.port].clone(), up.watermark_out.clone()))
+            });
+            let (records_in, watermark_in) = match shared {
+                Some((records, watermark)) => (vec![records], watermark),
+                None => (
+                    graph.nodes[n].inputs.iter().map(|_| cell()).collect(),
+                    Arc::new(AtomicI64::new(MIN_WATERMARK)),
+                ),
+            };
+            nodes.push(NodeCells {
+                node: n,
+                records_in,
+                records_out: graph.nodes[n].outputs.iter().map(|_| cell()).collect(),
+                watermark_in,
+                watermark_out: Arc::new(AtomicI64::new(MIN_WATERMARK)),
+            });
+        }
+        TaskMetrics {
+            head,
+            subtask,
+            started: Instant::now(),
+            remote_elapsed_ns: None,
+            ended_ns: AtomicU64::new(0),
+            idle_ns: AtomicU64::new(0),
+            backpressured_ns: cell(),
+            checkpointed_bytes: AtomicU64::new(0),
+            nodes,
+        }
+    }
+
+    /// The cells of node `n` of this task's chain.
+    pub(crate) fn node(&self, n: usize) -> Option<&NodeCells> {
+        self.nodes.iter().find(|c| c.node == n)
+    }
+
+    /// Adds idle time.
+    pub(crate) fn idle(&self, d: Duration) {
+        self.idle_ns
+            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// The task's thread has ended.
+    pub(crate) fn ended(&self) {
+        let ns = (self.started.elapsed().as_nanos() as u64).max(1);
+        let _ = self
+            .ended_ns
+            .compare_exchange(0, ns, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    pub(super) fn totals(&self) -> Totals {
+        let ended = self.ended_ns.load(Ordering::Relaxed);
+        let elapsed = if ended > 0 {
+            ended
+        } else if let Some(e) = &self.remote_elapsed_ns {
+            e.load(Ordering::Relaxed)
+        } else {
+            self.started.elapsed().as_nanos() as u64
+        };
+        let idle = self.idle_ns.load(Ordering::Relaxed);
+        let bp = self.backpressured_ns.load(Ordering::Relaxed);
+        Totals {
+            elapsed,
+            idle: idle.min(elapsed),
+            backpressured: bp.min(elapsed.saturating_sub(idle)),
+            nodes: self
+                .nodes
+                .iter()
+                .map(|c| (sum(&c.records_in), sum(&c.records_out)))
+                .collect(),
+        }
+    }
+}
+
+/// One task's figures as a cluster worker reports them to its coordinator.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct TaskFigures {
+    pub head: u32,
+    pub subtask: u32,
+    pub elapsed_ns: u64,
+    pub ended: bool,
+    pub idle_ns: u64,
+    pub backpressured_ns: u64,
+    pub nodes: Vec<NodeFigures>,
+}
+
+/// One node of a reported task's chain.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct NodeFigures {
+    pub node: u32,
+    /// Per input gate.
+    pub records_in: Vec<u64>,
+    /// Per output port.
+    pub records_out: Vec<u64>,
+    pub watermark_in: i64,
+    pub watermark_out: i64,
+}
+
+pub(super) fn cell() -> Arc<AtomicU64> {
+    Arc::new(AtomicU64::new(0))
+}
+
+pub(super) fn sum(cells: &[Arc<AtomicU64>]) -> u64 {
+    cells.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+}
+
+/// Cumulative figures of one task at one moment.
+#[derive(Clone)]
+pub(super) struct Totals {
+    pub(super) elapsed: u64,
+    pub(super) idle: u64,
+    pub(super) backpressured: u64,
+    /// (records in, records out) per node of the chain, in `TaskMetrics::nodes` order.
+    pub(super) nodes: Vec<(u64, u64)>,
+}
