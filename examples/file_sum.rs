@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release --example file_sum -- --input IN --output OUTDIR --checkpoint-dir CKDIR \
 //!     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] [--lease-ms MS] \
-//!     [--web HOST:PORT]
+//!     [--web HOST:PORT] [--secret-file PATH]
 //! ```
 //!
 //! - IN holds lines `key,value` (key: text without commas, value: an i64).
@@ -37,7 +37,8 @@
 //! - `--web HOST:PORT` serves the job's REST API (`/v1/job`, `/v1/operators`,
 //!   `/v1/checkpoints`, `/v1/exceptions`, `POST /v1/savepoints`, `POST /v1/job/cancel`) and
 //!   its metrics (`/metrics`) while it runs; port 0 picks a free port, printed at the start
-//!   (docs/operations.md).
+//!   (docs/operations.md). `--secret-file PATH` (or the environment variable
+//!   `WEIR_SECRET_FILE`) makes its actions require the secret in that file.
 //! - Exits 0 once the input is consumed and the final checkpoint has committed everything;
 //!   a malformed line fails the job with the line's content and number.
 //!
@@ -97,6 +98,8 @@ struct Args {
     lease_ms: Option<u64>,
     /// Where to serve the REST API (this process only: never handed to workers).
     web: Option<String>,
+    /// The secret the REST API's actions need (`--secret-file`, or `WEIR_SECRET_FILE`).
+    secret: Option<weir::Secret>,
 }
 
 fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
@@ -119,6 +122,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
     let mut cache_entries: Option<usize> = None;
     let mut lease_ms = None;
     let mut web = None;
+    let mut secret_file = None;
     // RocksDB when this example is built with the `rocksdb` feature, the heap otherwise.
     let mut state = BackendKind::parse(if cfg!(feature = "rocksdb") {
         "rocksdb"
@@ -139,6 +143,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                     | "--slots"
                     | "--join-timeout-ms"
                     | "--web"
+                    | "--secret-file"
             ) {
                 job_args.push(flag.clone());
                 job_args.push(v.clone());
@@ -173,6 +178,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
             "--state" => state = BackendKind::parse(&value()?)?,
             "--lease-ms" => lease_ms = Some(value()?.parse().context("--lease-ms")?),
             "--web" => web = Some(value()?),
+            "--secret-file" => secret_file = Some(PathBuf::from(value()?)),
             "--state-cache-entries" => {
                 cache_entries = Some(value()?.parse().context("--state-cache-entries")?)
             }
@@ -181,7 +187,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                     "usage: file_sum --input IN --output OUTDIR --checkpoint-dir CKDIR \
                      [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
                      [--from-savepoint PATH] [--start-fresh-if-unusable] [--state rocksdb|memory] \
-                     [--state-cache-entries N] [--lease-ms MS] [--web HOST:PORT]\n       \
+                     [--state-cache-entries N] [--lease-ms MS] [--web HOST:PORT] [--secret-file PATH]\n       \
                      file_sum --cluster coordinator --listen HOST:PORT --workers N \
                      [--heartbeat-timeout-ms MS] <job flags>\n       \
                      file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS]"
@@ -223,6 +229,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                 state,
                 lease_ms,
                 web: None,
+                secret: None,
             });
         }
         Some(other) => bail!("--cluster is `coordinator` or `worker`, not `{other}`"),
@@ -241,6 +248,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         state,
         lease_ms,
         web,
+        secret: secret(secret_file)?,
     })
 }
 
@@ -354,6 +362,9 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
     if let Some(a) = &args.web {
         env = env.web_address(a);
     }
+    if let Some(s) = &args.secret {
+        env = env.secret(s.clone());
+    }
     let lines = match args.max_rate {
         Some(r) => env.read_text_file_at_rate(&args.input, r),
         None => env.read_text_file(&args.input),
@@ -393,4 +404,12 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
         result.elapsed.as_secs_f64()
     );
     Ok(())
+}
+
+/// The secret from `--secret-file PATH`, else from the file `WEIR_SECRET_FILE` names.
+fn secret(file: Option<PathBuf>) -> anyhow::Result<Option<weir::Secret>> {
+    Ok(match file {
+        Some(path) => Some(weir::Secret::from_file(path).context("--secret-file")?),
+        None => weir::Secret::from_env()?,
+    })
 }

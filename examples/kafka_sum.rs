@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release --example kafka_sum -- --brokers HOST:PORT --input-topic IN \
 //!     --output-topic OUT --checkpoint-dir CKDIR [--checkpoint-interval-ms MS] \
-//!     [--parallelism P] [--bounded] [--web HOST:PORT]
+//!     [--parallelism P] [--bounded] [--web HOST:PORT] [--secret-file PATH]
 //! ```
 //!
 //! - Input records: Kafka key = the key (UTF-8), value = an i64 as decimal UTF-8. The input
@@ -60,6 +60,8 @@ struct Args {
     start_fresh_if_unusable: bool,
     max_restarts: Option<u32>,
     web: Option<String>,
+    /// The secret the REST API's actions need (`--secret-file`, or `WEIR_SECRET_FILE`).
+    secret: Option<weir::Secret>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -80,6 +82,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut start_fresh_if_unusable = false;
     let mut max_restarts = None;
     let mut web = None;
+    let mut secret_file = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -107,6 +110,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--start-fresh-if-unusable" => start_fresh_if_unusable = true,
             "--max-restarts" => max_restarts = Some(value()?.parse().context("--max-restarts")?),
             "--web" => web = Some(value()?),
+            "--secret-file" => secret_file = Some(PathBuf::from(value()?)),
             "-h" | "--help" => {
                 println!(
                     "usage: kafka_sum --brokers HOST:PORT --input-topic IN --output-topic OUT \
@@ -114,7 +118,7 @@ fn parse_args() -> anyhow::Result<Args> {
                      [--bounded] [--checkpoint-timeout-ms MS] [--transaction-timeout-ms MS] \
                      [--transactional-id-prefix NAME] [--dead-letter-topic DLQ] \
                      [--at-least-once] [--state memory|rocksdb] [--from-savepoint PATH] \
-                     [--start-fresh-if-unusable] [--max-restarts N] [--web HOST:PORT]"
+                     [--start-fresh-if-unusable] [--max-restarts N] [--web HOST:PORT] [--secret-file PATH]"
                 );
                 std::process::exit(0);
             }
@@ -139,6 +143,7 @@ fn parse_args() -> anyhow::Result<Args> {
         start_fresh_if_unusable,
         max_restarts,
         web,
+        secret: secret(secret_file)?,
     })
 }
 
@@ -202,6 +207,9 @@ fn main() -> anyhow::Result<()> {
     if let Some(a) = &args.web {
         env = env.web_address(a);
     }
+    if let Some(s) = &args.secret {
+        env = env.secret(s.clone());
+    }
 
     let mut source = KafkaSource::new(&args.brokers, [args.input.as_str()])
         .group_id(&format!("{}-source", args.prefix))
@@ -250,4 +258,12 @@ fn main() -> anyhow::Result<()> {
         result.elapsed.as_secs_f64()
     );
     Ok(())
+}
+
+/// The secret from `--secret-file PATH`, else from the file `WEIR_SECRET_FILE` names.
+fn secret(file: Option<PathBuf>) -> anyhow::Result<Option<weir::Secret>> {
+    Ok(match file {
+        Some(path) => Some(weir::Secret::from_file(path).context("--secret-file")?),
+        None => weir::Secret::from_env()?,
+    })
 }

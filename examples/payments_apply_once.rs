@@ -6,7 +6,7 @@
 //! cargo run --release --example payments_apply_once -- --postgres URL --input PAYMENTS \
 //!     --checkpoint-dir CKDIR [--schema NAME] [--create-orders N] [--dead-letters DIR] \
 //!     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
-//!     [--web HOST:PORT]
+//!     [--web HOST:PORT] [--secret-file PATH]
 //! ```
 //!
 //! - PAYMENTS holds lines `payment_id,order_id,amount` (amount: an i64). A payment may
@@ -61,6 +61,8 @@ struct Args {
     parallelism: usize,
     max_rate: Option<u64>,
     web: Option<String>,
+    /// The secret the REST API's actions need (`--secret-file`, or `WEIR_SECRET_FILE`).
+    secret: Option<weir::Secret>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -69,6 +71,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let (mut create_orders, mut dead_letters, mut max_rate) = (None, None, None);
     let (mut interval_ms, mut parallelism) = (1000, 1);
     let mut web = None;
+    let mut secret_file = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -85,11 +88,12 @@ fn parse_args() -> anyhow::Result<Args> {
             "--parallelism" => parallelism = value()?.parse().context("--parallelism")?,
             "--max-rate" => max_rate = Some(value()?.parse().context("--max-rate")?),
             "--web" => web = Some(value()?),
+            "--secret-file" => secret_file = Some(PathBuf::from(value()?)),
             other => bail!(
                 "unknown argument {other:?}; usage: payments_apply_once --postgres URL --input PAYMENTS \
                  --checkpoint-dir CKDIR [--schema NAME] [--create-orders N] [--dead-letters DIR] \
                  [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
-                 [--web HOST:PORT]"
+                 [--web HOST:PORT] [--secret-file PATH]"
             ),
         }
     }
@@ -114,6 +118,7 @@ fn parse_args() -> anyhow::Result<Args> {
         parallelism,
         max_rate,
         web,
+        secret: secret(secret_file)?,
     })
 }
 
@@ -174,6 +179,9 @@ fn main() -> anyhow::Result<()> {
     );
     if let Some(a) = &args.web {
         env = env.web_address(a);
+    }
+    if let Some(s) = &args.secret {
+        env = env.secret(s.clone());
     }
     let lines = match args.max_rate {
         Some(r) => env.read_text_file_at_rate(&args.input, r),
@@ -243,4 +251,12 @@ fn main() -> anyhow::Result<()> {
         weir::metrics::sum("dead_letters_total", &[("handler", "payments")]),
     );
     Ok(())
+}
+
+/// The secret from `--secret-file PATH`, else from the file `WEIR_SECRET_FILE` names.
+fn secret(file: Option<PathBuf>) -> anyhow::Result<Option<weir::Secret>> {
+    Ok(match file {
+        Some(path) => Some(weir::Secret::from_file(path).context("--secret-file")?),
+        None => weir::Secret::from_env()?,
+    })
 }

@@ -748,6 +748,7 @@ fn weir_job(args: &[&str]) -> (bool, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir-cli"))
         .arg("job")
         .args(args)
+        .env_remove("WEIR_SECRET_FILE")
         .output()
         .expect("run weir job");
     (

@@ -44,6 +44,10 @@ pub struct JobConfig {
     /// `JobHandle::web_address`). With it set, operators also count their records in and
     /// out and keep their watermarks for the API.
     pub web_address: Option<String>,
+    /// The shared secret a client must present (`Authorization: Bearer SECRET`) to act on
+    /// the job through the REST API: savepoints, stop, cancel. `None`: the actions are
+    /// open to anyone who reaches the address. The views never need it.
+    pub secret: Option<crate::Secret>,
     /// Runs the job as part of a cluster (coordinator or worker); `None` runs it in this
     /// process alone.
     pub cluster: Option<crate::cluster::ClusterConfig>,
@@ -157,6 +161,7 @@ impl Default for JobConfig {
             checkpoint: None,
             metrics_address: None,
             web_address: None,
+            secret: None,
             cluster: None,
         }
     }

@@ -12,7 +12,7 @@ use crate::task::JobShared;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{StatusCode, Uri, header};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use std::net::SocketAddr;
@@ -90,6 +90,13 @@ impl WebServer {
             tokio::net::TcpListener::from_std(listener)
                 .map_err(|e| Error::io(format!("web address {address}"), e))?
         };
+        if !bound.ip().is_loopback() && job.cfg.secret.is_none() {
+            eprintln!(
+                "[weir] warning: the REST API on {bound} takes savepoints, stops and cancels \
+                 the job for anyone who reaches it; give the job a secret (--secret-file) or \
+                 bind it to 127.0.0.1"
+            );
+        }
         let status = job.status.clone();
         let app = router(job);
         let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -249,6 +256,40 @@ async fn method_not_allowed(uri: Uri) -> Response {
     )
 }
 
+/// Refuses an action without the job's secret (when it has one): `401` with a message
+/// that says what to send, counted in `web_actions_refused_total{reason}`.
+fn unauthorized(job: &JobShared, headers: &HeaderMap) -> Option<Response> {
+    let secret = job.cfg.secret.as_ref()?;
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let reason = match given {
+        Some(token) if secret.matches(token.trim()) => return None,
+        Some(_) => "wrong secret",
+        None => "no secret",
+    };
+    weir_core::metrics::counter(
+        "web_actions_refused_total",
+        "REST API actions refused because the request did not carry the job's secret.",
+        &[("reason", reason)],
+    )
+    .inc();
+    let message = match given {
+        Some(_) => "the secret in the Authorization header is not this job's secret",
+        None => {
+            "this job's actions need its secret: send the header 'Authorization: Bearer SECRET' \
+             (weir job|cluster … --secret-file PATH does)"
+        }
+    };
+    let mut r = error(StatusCode::UNAUTHORIZED, message);
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer realm=\"weir\""),
+    );
+    Some(r)
+}
+
 /// Refuses an action on a job that has ended.
 fn ended(job: &JobShared) -> Option<Response> {
     if job.status.is_running() {
@@ -289,7 +330,10 @@ fn savepoint_request(body: &[u8]) -> Option<(bool, Option<u64>)> {
 /// `POST /v1/savepoints` with an optional body `{"stop": true}`: the same request as
 /// `JobHandle::trigger_savepoint` / `stop_with_savepoint` and `weir savepoint trigger|stop`.
 /// With `"timeout_ms": N` the answer waits up to N ms for the savepoint and carries it.
-async fn savepoint(State(job): State<Arc<JobShared>>, body: Bytes) -> Response {
+async fn savepoint(State(job): State<Arc<JobShared>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(r) = unauthorized(&job, &headers) {
+        return r;
+    }
     let Some((stop, timeout)) = savepoint_request(&body) else {
         return error(
             StatusCode::BAD_REQUEST,
@@ -395,7 +439,10 @@ async fn wait_for_savepoint(
 }
 
 /// `POST /v1/job/cancel`: the same as `JobHandle::cancel`.
-async fn cancel(State(job): State<Arc<JobShared>>) -> Response {
+async fn cancel(State(job): State<Arc<JobShared>>, headers: HeaderMap) -> Response {
+    if let Some(r) = unauthorized(&job, &headers) {
+        return r;
+    }
     if let Some(r) = ended(&job) {
         return r;
     }

@@ -26,7 +26,7 @@ pub use weir_core::{
 };
 pub use weir_runtime::{
     CheckpointConfig, ExponentialDelay, FailureRate, FixedDelay, JobConfig, JobHandle, JobResult,
-    RestartStrategy, SAVEPOINT_REQUEST_FILE, TaskStats,
+    RestartStrategy, SAVEPOINT_REQUEST_FILE, Secret, TaskStats,
 };
 pub use weir_state::BackendKind;
 
@@ -59,7 +59,7 @@ pub use weir_state::BackendKind;
 /// # Ok::<(), weir::Error>(())
 /// ```
 pub mod cluster {
-    pub use weir_runtime::cluster::{ClusterConfig, ClusterRole, Joined, admin, join};
+    pub use weir_runtime::cluster::{ClusterConfig, ClusterRole, Joined, join};
 }
 #[cfg(feature = "rocksdb")]
 pub use weir_state::RocksDbConfig;
@@ -176,6 +176,24 @@ impl Env {
     /// ```
     pub fn web_address(mut self, address: &str) -> Self {
         self.config.web_address = Some(address.to_string());
+        self
+    }
+
+    /// Requires `secret` of every client that acts on the job through the REST API (take a
+    /// savepoint, stop, cancel): the request must carry `Authorization: Bearer SECRET`, as
+    /// `weir job … --secret-file PATH` sends it. The read-only views stay open. A cluster's
+    /// coordinator serves the API, so set it there.
+    ///
+    /// ```
+    /// use weir::Secret;
+    /// let env = weir::Env::new()
+    ///     .web_address("127.0.0.1:0")
+    ///     .secret(Secret::new("0123456789abcdef0123456789abcdef")?);
+    /// assert!(env.config().secret.is_some());
+    /// # Ok::<(), weir::Error>(())
+    /// ```
+    pub fn secret(mut self, secret: weir_runtime::Secret) -> Self {
+        self.config.secret = Some(secret);
         self
     }
 
