@@ -21,6 +21,8 @@ fn free_port() -> u16 {
 pub(super) struct Cluster<'a> {
     s: &'a Scenario,
     pub(super) address: String,
+    /// The coordinator's REST API address (`--web`), which `weir cluster` talks to.
+    pub(super) web: String,
     logs: PathBuf,
     started: usize,
 }
@@ -32,6 +34,7 @@ impl<'a> Cluster<'a> {
         Cluster {
             s,
             address: format!("127.0.0.1:{}", free_port()),
+            web: format!("127.0.0.1:{}", free_port()),
             logs,
             started: 0,
         }
@@ -72,6 +75,8 @@ impl<'a> Cluster<'a> {
             .arg("3")
             .arg("--heartbeat-timeout-ms")
             .arg("2000")
+            .arg("--web")
+            .arg(&self.web)
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log);
         (c.spawn().expect("start the coordinator"), path)
@@ -112,20 +117,26 @@ fn wait_checkpoint_after(s: &Scenario, after: u64) {
     );
 }
 
-/// Runs `weir cluster ARGS --coordinator ADDRESS` and returns its stdout; it must succeed.
-fn weir_cluster(address: &str, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_weir-cli"))
-        .arg("cluster")
-        .args(args)
-        .args(["--coordinator", address])
-        .output()
-        .expect("run weir");
+/// Runs `weir cluster ARGS --web ADDRESS` and returns its stdout; it must succeed.
+fn weir_cluster(web: &str, args: &[&str]) -> String {
+    let out = weir_cluster_output(web, args);
     assert!(
         out.status.success(),
         "weir cluster {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// Runs `weir cluster ARGS --web ADDRESS`, whatever its outcome.
+fn weir_cluster_output(web: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_weir-cli"))
+        .arg("cluster")
+        .args(args)
+        .args(["--web", web])
+        .env_remove("WEIR_SECRET_FILE")
+        .output()
+        .expect("run weir")
 }
 
 pub(super) fn read(path: &Path) -> String {
@@ -182,10 +193,11 @@ fn a_worker_killed_mid_run_is_replaced_and_the_output_is_exact() {
     // What an operator sees: three workers, their slots and tasks (worker 1 runs the
     // source and subtasks 0 and 3 of the keyed sum, workers 2 and 3 one subtask each).
     let status: serde_json::Value =
-        serde_json::from_str(&weir_cluster(&cl.address, &["status", "--json"])).expect("JSON");
-    assert_eq!(status["job"], "file_sum");
-    assert_eq!(status["state"], "running");
-    let workers_seen: Vec<(u64, u64, u64)> = status["workers"]
+        serde_json::from_str(&weir_cluster(&cl.web, &["status", "--json"])).expect("JSON");
+    assert_eq!(status["job"]["name"], "file_sum");
+    assert_eq!(status["job"]["state"], "RUNNING");
+    assert_eq!(status["job"]["cluster"]["phase"], "running");
+    let workers_seen: Vec<(u64, u64, u64)> = status["job"]["cluster"]["workers"]
         .as_array()
         .expect("workers")
         .iter()
@@ -196,11 +208,11 @@ fn a_worker_killed_mid_run_is_replaced_and_the_output_is_exact() {
         .collect();
     assert_eq!(workers_seen, vec![(1, 2, 3), (2, 1, 1), (3, 1, 1)]);
     assert!(
-        status["last_checkpoint"]["id"]
+        status["checkpoints"]["latest_completed"]["id"]
             .as_u64()
             .is_some_and(|c| c >= 3)
     );
-    let text = weir_cluster(&cl.address, &["status"]);
+    let text = weir_cluster(&cl.web, &["status"]);
     assert!(text.contains("workers:         3 (4 slots)"), "{text}");
     // Worker 3 runs subtask 2 of the keyed sum and its sink.
     let (mut victim, _) = workers.remove(2);
@@ -281,12 +293,35 @@ fn a_worker_cut_off_and_back_cannot_commit_output_of_its_old_attempt() {
 fn savepoint_stop_and_cancel_go_through_the_coordinator() {
     let s = Scenario::new(40_000, 40, 54);
     let mut cl = Cluster::new(&s);
-    // Stop with a savepoint over the coordinator's RPC, then resume from it.
-    let (mut coord, coord_log) = cl.coordinator();
+    // The coordinator's actions need its secret; the views do not.
+    let secrets = s.output.with_file_name("secrets");
+    std::fs::create_dir_all(&secrets).expect("secrets dir");
+    let secret = secrets.join("secret");
+    std::fs::write(&secret, "cluster-secret-0123456789abcdef\n").expect("write the secret");
+    let wrong = secrets.join("wrong");
+    std::fs::write(&wrong, "not-the-secret-0123456789abcdef\n").expect("write a wrong one");
+    let secret_arg = secret.to_str().expect("utf-8 path");
+    let wrong_arg = wrong.to_str().expect("utf-8 path");
+
+    // Stop with a savepoint through the coordinator's REST API, then resume from it.
+    let (mut coord, coord_log) = cl.coordinator_with(&["--secret-file", secret_arg]);
     let workers = start_workers(&mut cl, &coord_log);
     wait_checkpoint_after(&s, 1);
-    let said = weir_cluster(&cl.address, &["savepoint", "--stop"]);
-    assert!(said.contains("taking a savepoint, then stopping"), "{said}");
+    let refused = weir_cluster_output(&cl.web, &["savepoint", "--stop"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{err}");
+    assert!(err.contains("answered 401"), "{err}");
+    assert!(err.contains("--secret-file PATH"), "{err}");
+    let refused = weir_cluster_output(&cl.web, &["cancel", "--secret-file", wrong_arg]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{err}");
+    assert!(err.contains("is not this job's secret"), "{err}");
+    let text = weir_cluster(&cl.web, &["status"]);
+    assert!(text.contains("state:           RUNNING"), "{text}");
+    let said = weir_cluster(
+        &cl.web,
+        &["savepoint", "--stop", "--secret-file", secret_arg],
+    );
     expect_success(
         &mut coord,
         &coord_log,
@@ -301,15 +336,21 @@ fn savepoint_stop_and_cancel_go_through_the_coordinator() {
         .find_map(|l| l.strip_prefix("stopped with savepoint "))
         .unwrap_or_else(|| panic!("no savepoint path in the log:\n{log}"))
         .to_string();
+    assert_eq!(
+        said.trim(),
+        savepoint,
+        "weir cluster savepoint prints its path"
+    );
 
     // Resume from the savepoint, then cancel over RPC: everyone stops, non-zero.
-    let (mut coord, coord_log) = cl.coordinator_with(&["--from-savepoint", &savepoint]);
+    let (mut coord, coord_log) =
+        cl.coordinator_with(&["--from-savepoint", &savepoint, "--secret-file", secret_arg]);
     let workers = start_workers(&mut cl, &coord_log);
     wait_log(&coord_log, "resuming from savepoint", 1);
     let done = latest_checkpoint(&s.checkpoints).unwrap_or(0);
     wait_checkpoint_after(&s, done);
-    let said = weir_cluster(&cl.address, &["cancel"]);
-    assert!(said.contains("cancelling job 'file_sum'"), "{said}");
+    let said = weir_cluster(&cl.web, &["cancel", "--secret-file", secret_arg]);
+    assert_eq!(said, format!("cancelling the job at {}\n", cl.web));
     let status = wait_within(&mut coord, Duration::from_secs(60));
     assert!(!status.success(), "a cancelled job exits non-zero");
     assert!(

@@ -100,6 +100,7 @@ fn two_workers_run_windows_across_processes_with_the_same_output() {
 fn coordinator_and_worker(address: &str, build: impl Fn(&Env)) -> (JobHandle, Env) {
     let coordinator = Env::new()
         .parallelism(1)
+        .web_address("127.0.0.1:0")
         .cluster(ClusterConfig::coordinator(address, 1, vec![]));
     build(&coordinator);
     let handle = coordinator
@@ -126,16 +127,23 @@ fn a_cancelled_worker_leaves_and_the_coordinator_sees_it_lost() {
     let (coordinator, env) = coordinator_and_worker(&address, endless);
     endless(&env);
     let worker = env.execute_async("job").expect("start the worker");
-    // Cancel once the worker runs its tasks.
+    // Cancel once the worker runs its tasks, as the coordinator's REST API shows them.
+    let web = coordinator
+        .web_address()
+        .expect("the coordinator serves the API");
     weir_tests::wait_for("the worker's tasks", Duration::from_secs(30), || {
-        let status = weir::cluster::admin(
-            &address,
-            &serde_json::json!({"request": "status"}),
-            Duration::from_secs(5),
-        )
-        .expect("status");
-        status["state"] == "running" && status["workers"][0]["tasks"].as_u64() > Some(0)
+        let cluster = weir_tests::rest::get(web, "/v1/job")["cluster"].clone();
+        cluster["phase"] == "running" && cluster["workers"][0]["tasks"].as_u64() > Some(0)
     });
+    // An administration tool of an earlier version, which sent its requests to the
+    // cluster port, is told where they go now.
+    let answer = json_request(&address, &serde_json::json!({"request": "cancel"}));
+    assert_eq!(answer["ok"], false);
+    let message = answer["message"].as_str().expect("a message");
+    assert!(
+        message.contains("start it with --web HOST:PORT"),
+        "{message}"
+    );
     worker.cancel();
     let e = join_within(worker, Duration::from_secs(30)).expect_err("cancelled");
     assert!(matches!(e, weir::Error::Cancelled), "{e}");
@@ -222,4 +230,22 @@ fn invalid_cluster_settings_are_refused() {
             .contains(&format!("the coordinator cannot listen on {address}")),
         "{e}"
     );
+}
+
+/// Sends one JSON frame (`J` + JSON, length-prefixed) to a cluster port and reads the
+/// JSON answer: what `weir cluster` sent before it moved to the REST API.
+fn json_request(address: &str, request: &serde_json::Value) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(address).expect("connect to the cluster port");
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut body = vec![b'J'];
+    body.extend_from_slice(request.to_string().as_bytes());
+    c.write_all(&(body.len() as u32).to_be_bytes()).unwrap();
+    c.write_all(&body).unwrap();
+    let mut len = [0u8; 4];
+    c.read_exact(&mut len).expect("an answer");
+    let mut answer = vec![0u8; u32::from_be_bytes(len) as usize];
+    c.read_exact(&mut answer).expect("the answer's body");
+    assert_eq!(answer.first(), Some(&b'J'), "a JSON answer");
+    serde_json::from_slice(&answer[1..]).expect("JSON")
 }

@@ -1,8 +1,9 @@
-//! `weir cluster status|cancel|savepoint`: requests to a cluster's coordinator over its
-//! RPC port (the coordinator's `--listen` address).
+//! `weir cluster status|cancel|savepoint --web HOST:PORT`: requests to a cluster's
+//! coordinator through its REST API (the coordinator's `--web` address), as `weir job`
+//! sends them, with a status that shows the workers and slots.
 
+use crate::job::{Api, text};
 use std::io::Write;
-use std::time::Duration;
 
 /// What to ask.
 pub enum Request {
@@ -12,49 +13,48 @@ pub enum Request {
 }
 
 /// Sends the request and prints the answer.
-pub fn run(
-    coordinator: &str,
-    request: Request,
-    timeout: Duration,
-    out: &mut dyn Write,
-) -> anyhow::Result<()> {
-    let body = match &request {
-        Request::Status { .. } => serde_json::json!({"request": "status"}),
-        Request::Cancel => serde_json::json!({"request": "cancel"}),
-        Request::Savepoint { stop } => serde_json::json!({"request": "savepoint", "stop": stop}),
-    };
-    let reply = weir_runtime::cluster::admin(coordinator, &body, timeout)?;
+pub fn run(api: &Api, request: Request, out: &mut dyn Write) -> anyhow::Result<()> {
     match request {
-        Request::Status { json: true } => {
-            writeln!(out, "{}", serde_json::to_string_pretty(&reply)?)?;
-        }
-        Request::Status { json: false } => write_status(&reply, out)?,
-        Request::Cancel | Request::Savepoint { .. } => {
-            let message = reply["message"].as_str().unwrap_or_default();
-            if reply["ok"] != serde_json::Value::Bool(true) {
-                anyhow::bail!("the coordinator at {coordinator} refused: {message}");
+        Request::Status { json } => {
+            let job = api.get("/v1/job")?;
+            if job["cluster"].is_null() {
+                anyhow::bail!(
+                    "the job at {} runs alone, not as a cluster's coordinator: ask it with \
+                     `weir job status --web {}`",
+                    api.web,
+                    api.web
+                );
             }
-            writeln!(out, "{message}")?;
+            let checkpoints = api.get("/v1/checkpoints")?;
+            if json {
+                let all = serde_json::json!({ "job": job, "checkpoints": checkpoints });
+                writeln!(out, "{}", serde_json::to_string_pretty(&all)?)?;
+            } else {
+                write_status(&job, &checkpoints, out)?;
+            }
+            Ok(())
         }
+        Request::Cancel => api.cancel(out),
+        Request::Savepoint { stop } => api.savepoint(stop, out),
     }
-    Ok(())
 }
 
-fn write_status(s: &serde_json::Value, out: &mut dyn Write) -> anyhow::Result<()> {
-    let text = |v: &serde_json::Value| match v {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Null => "-".into(),
-        other => other.to_string(),
-    };
-    writeln!(out, "job:             {}", text(&s["job"]))?;
-    writeln!(out, "state:           {}", text(&s["state"]))?;
-    writeln!(out, "attempt:         {}", text(&s["attempt"]))?;
-    let workers = s["workers"].as_array().cloned().unwrap_or_default();
+fn write_status(
+    job: &serde_json::Value,
+    checkpoints: &serde_json::Value,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let cluster = &job["cluster"];
+    writeln!(out, "job:             {}", text(&job["name"]))?;
+    writeln!(out, "state:           {}", text(&job["state"]))?;
+    writeln!(out, "phase:           {}", text(&cluster["phase"]))?;
+    writeln!(out, "attempt:         {}", text(&job["attempt"]))?;
+    let workers = cluster["workers"].as_array().cloned().unwrap_or_default();
     writeln!(
         out,
         "workers:         {} ({} slots)",
         workers.len(),
-        text(&s["slots"])
+        text(&cluster["slots"])
     )?;
     for w in &workers {
         writeln!(
@@ -66,7 +66,7 @@ fn write_status(s: &serde_json::Value, out: &mut dyn Write) -> anyhow::Result<()
             text(&w["tasks"])
         )?;
     }
-    match s["last_checkpoint"].as_object() {
+    match checkpoints["latest_completed"].as_object() {
         Some(c) => writeln!(
             out,
             "last checkpoint: {} {} ({})",

@@ -2,7 +2,7 @@
 //! started with `--web`, or a cluster's coordinator started with it; docs/operations.md).
 //!
 //! A minimal HTTP/1.1 client over a plain TCP connection (one request per connection, as
-//! the server answers), so the tool needs no HTTP library.
+//! the server answers), so the tool needs no HTTP library. `weir cluster` uses it too.
 
 use anyhow::{Context, Result, bail};
 use std::io::{Read, Write};
@@ -16,107 +16,148 @@ pub enum Request {
     Cancel,
 }
 
-/// Sends `method path` with `body` to the API at `web`; the status code and the JSON answer.
-fn call(
-    web: &str,
-    method: &str,
-    path: &str,
-    body: &str,
-    timeout: Duration,
-) -> Result<(u16, serde_json::Value)> {
-    let address = web
-        .to_socket_addrs()
-        .with_context(|| format!("cannot resolve {web}; give the job's --web HOST:PORT"))?
-        .next()
-        .with_context(|| format!("{web} resolves to no address"))?;
-    let mut c = TcpStream::connect_timeout(&address, timeout).with_context(|| {
-        format!("cannot reach the job's REST API at {web}: is the job running with --web {web}?")
-    })?;
-    c.set_read_timeout(Some(timeout))?;
-    c.set_write_timeout(Some(timeout))?;
-    write!(
-        c,
-        "{method} {path} HTTP/1.1\r\nHost: {web}\r\nAccept: application/json\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut response = Vec::new();
-    c.read_to_end(&mut response)
-        .with_context(|| format!("no answer from {web} within {}s", timeout.as_secs()))?;
-    let response = String::from_utf8_lossy(&response);
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .with_context(|| format!("{web} did not answer HTTP"))?;
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .with_context(|| format!("{web} answered without a status: {head}"))?;
-    let json = serde_json::from_str(body)
-        .with_context(|| format!("{web} answered {status} without JSON: {body}"))?;
-    Ok((status, json))
+/// A job's REST API: its address, how long to wait, and the job's secret for actions.
+pub struct Api {
+    pub web: String,
+    pub timeout: Duration,
+    pub secret: Option<weir_runtime::Secret>,
 }
 
-/// Fails with the API's error message unless `status` is one of `ok`.
-fn expect(web: &str, status: u16, answer: &serde_json::Value, ok: &[u16]) -> Result<()> {
-    if ok.contains(&status) {
-        return Ok(());
+impl Api {
+    /// Sends `method path` with `body`; the status code and the JSON answer.
+    pub fn call(&self, method: &str, path: &str, body: &str) -> Result<(u16, serde_json::Value)> {
+        self.call_within(method, path, body, self.timeout)
     }
-    bail!(
-        "the job at {web} answered {status}: {}",
-        answer["error"].as_str().unwrap_or(&answer.to_string())
-    )
+
+    fn call_within(
+        &self,
+        method: &str,
+        path: &str,
+        body: &str,
+        timeout: Duration,
+    ) -> Result<(u16, serde_json::Value)> {
+        let web = &self.web;
+        let address = web
+            .to_socket_addrs()
+            .with_context(|| format!("cannot resolve {web}; give the job's --web HOST:PORT"))?
+            .next()
+            .with_context(|| format!("{web} resolves to no address"))?;
+        let mut c = TcpStream::connect_timeout(&address, timeout).with_context(|| {
+            format!(
+                "cannot reach the job's REST API at {web}: is the job running with --web {web}?"
+            )
+        })?;
+        c.set_read_timeout(Some(timeout))?;
+        c.set_write_timeout(Some(timeout))?;
+        let auth = match &self.secret {
+            Some(s) => format!("Authorization: Bearer {}\r\n", s.expose()),
+            None => String::new(),
+        };
+        write!(
+            c,
+            "{method} {path} HTTP/1.1\r\nHost: {web}\r\nAccept: application/json\r\n\
+             Content-Type: application/json\r\n{auth}Content-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        )?;
+        let mut response = Vec::new();
+        c.read_to_end(&mut response)
+            .with_context(|| format!("no answer from {web} within {}s", timeout.as_secs()))?;
+        let response = String::from_utf8_lossy(&response);
+        let (head, body) = response
+            .split_once("\r\n\r\n")
+            .with_context(|| format!("{web} did not answer HTTP"))?;
+        let status: u16 = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .with_context(|| format!("{web} answered without a status: {head}"))?;
+        let json = serde_json::from_str(body)
+            .with_context(|| format!("{web} answered {status} without JSON: {body}"))?;
+        Ok((status, json))
+    }
+
+    /// Fails with the API's error message unless `status` is one of `ok`; a refused
+    /// action says how to give the secret.
+    pub fn expect(&self, status: u16, answer: &serde_json::Value, ok: &[u16]) -> Result<()> {
+        if ok.contains(&status) {
+            return Ok(());
+        }
+        let message = answer["error"]
+            .as_str()
+            .map_or_else(|| answer.to_string(), str::to_string);
+        if status == 401 && self.secret.is_none() {
+            bail!(
+                "the job at {} answered 401: {message}; give its secret with --secret-file PATH \
+                 (or the environment variable WEIR_SECRET_FILE)",
+                self.web
+            );
+        }
+        bail!("the job at {} answered {status}: {message}", self.web)
+    }
+
+    /// `POST /v1/job/cancel`.
+    pub fn cancel(&self, out: &mut dyn Write) -> Result<()> {
+        let (status, answer) = self.call("POST", "/v1/job/cancel", "")?;
+        self.expect(status, &answer, &[202])?;
+        writeln!(out, "cancelling the job at {}", self.web)?;
+        Ok(())
+    }
+
+    /// `POST /v1/savepoints`, waiting for the savepoint; prints its path.
+    pub fn savepoint(&self, stop: bool, out: &mut dyn Write) -> Result<()> {
+        // The server waits for the savepoint; give it the time the answer may take.
+        let wait_ms = self.timeout.as_millis() as u64;
+        let body = serde_json::json!({ "stop": stop, "timeout_ms": wait_ms }).to_string();
+        eprintln!(
+            "requested a savepoint{} from the job at {}; waiting up to {}s",
+            if stop { " and a stop" } else { "" },
+            self.web,
+            self.timeout.as_secs()
+        );
+        let (status, answer) = self.call_within(
+            "POST",
+            "/v1/savepoints",
+            &body,
+            self.timeout + Duration::from_secs(5),
+        )?;
+        self.expect(status, &answer, &[200])?;
+        let path = answer["savepoint"]["path"]
+            .as_str()
+            .context("the answer names no savepoint path")?;
+        writeln!(out, "{path}")?;
+        Ok(())
+    }
+
+    /// `GET path`, which must answer 200.
+    pub fn get(&self, path: &str) -> Result<serde_json::Value> {
+        let (status, answer) = self.call("GET", path, "")?;
+        self.expect(status, &answer, &[200])?;
+        Ok(answer)
+    }
 }
 
 /// Sends the request and prints the answer.
-pub fn run(web: &str, request: Request, timeout: Duration, out: &mut dyn Write) -> Result<()> {
+pub fn run(api: &Api, request: Request, out: &mut dyn Write) -> Result<()> {
     match request {
         Request::Status { json } => {
-            let (status, job) = call(web, "GET", "/v1/job", "", timeout)?;
-            expect(web, status, &job, &[200])?;
-            let (status, ops) = call(web, "GET", "/v1/operators", "", timeout)?;
-            expect(web, status, &ops, &[200])?;
-            let (status, ck) = call(web, "GET", "/v1/checkpoints", "", timeout)?;
-            expect(web, status, &ck, &[200])?;
+            let job = api.get("/v1/job")?;
+            let ops = api.get("/v1/operators")?;
+            let ck = api.get("/v1/checkpoints")?;
             if json {
                 let all = serde_json::json!({ "job": job, "operators": ops, "checkpoints": ck });
                 writeln!(out, "{}", serde_json::to_string_pretty(&all)?)?;
             } else {
                 write_status(&job, &ops, &ck, out)?;
             }
+            Ok(())
         }
-        Request::Savepoint { stop } => {
-            // The server waits for the savepoint; give it the time the answer may take.
-            let wait_ms = timeout.as_millis() as u64;
-            let body = serde_json::json!({ "stop": stop, "timeout_ms": wait_ms }).to_string();
-            eprintln!(
-                "requested a savepoint{} from the job at {web}; waiting up to {}s",
-                if stop { " and a stop" } else { "" },
-                timeout.as_secs()
-            );
-            let (status, answer) = call(
-                web,
-                "POST",
-                "/v1/savepoints",
-                &body,
-                timeout + Duration::from_secs(5),
-            )?;
-            expect(web, status, &answer, &[200])?;
-            let path = answer["savepoint"]["path"]
-                .as_str()
-                .context("the answer names no savepoint path")?;
-            writeln!(out, "{path}")?;
-        }
-        Request::Cancel => {
-            let (status, answer) = call(web, "POST", "/v1/job/cancel", "", timeout)?;
-            expect(web, status, &answer, &[202])?;
-            writeln!(out, "cancelling the job at {web}")?;
-        }
+        Request::Savepoint { stop } => api.savepoint(stop, out),
+        Request::Cancel => api.cancel(out),
     }
-    Ok(())
 }
 
-fn text(v: &serde_json::Value) -> String {
+pub fn text(v: &serde_json::Value) -> String {
     match v {
         serde_json::Value::String(s) => s.clone(),
         serde_json::Value::Null => "-".into(),

@@ -4,11 +4,14 @@
 //! - `weir checkpoints inspect PATH` — verify one checkpoint and show its manifest.
 //! - `weir savepoint trigger|stop DIR` — ask the job checkpointing into `DIR` for a savepoint
 //!   (and to stop), and wait until it is written.
-//! - `weir cluster status|cancel|savepoint --coordinator HOST:PORT` — ask a cluster's
-//!   coordinator for its workers, slots, job state and last checkpoint; cancel its job; or
-//!   have it take a savepoint (and stop).
-//! - `weir job status|savepoint|cancel --web HOST:PORT` — the same through a running job's
-//!   REST API (a job or a cluster's coordinator started with `--web`).
+//! - `weir job status|savepoint|cancel --web HOST:PORT` — a running job's state and figures,
+//!   a savepoint (and stop), or cancel, through its REST API (a job or a cluster's
+//!   coordinator started with `--web`).
+//! - `weir cluster status|cancel|savepoint --web HOST:PORT` — the same through a cluster
+//!   coordinator's REST API, with a status that lists its workers and slots.
+//!
+//! Actions on a job that has a secret need it: `--secret-file PATH` (or the environment
+//! variable `WEIR_SECRET_FILE`).
 //!
 //! This file owns the command line (clap) and error reporting; each command lives in its own
 //! module and writes its output to a `Write` it is given. The tool only reads checkpoints
@@ -95,6 +98,10 @@ struct Web {
     /// The job's REST API address (its --web HOST:PORT)
     #[arg(long, value_name = "HOST:PORT")]
     web: String,
+    /// A file holding the job's secret, sent with actions (savepoint, stop, cancel) to a
+    /// job started with one
+    #[arg(long, value_name = "PATH", env = "WEIR_SECRET_FILE")]
+    secret_file: Option<PathBuf>,
     /// How long to wait for an answer (for a savepoint: for the savepoint), in seconds
     #[arg(
         long = "timeout-s",
@@ -105,48 +112,31 @@ struct Web {
     timeout_s: u64,
 }
 
-/// `weir cluster …`
+/// `weir cluster …`: through the coordinator's REST API (`--web`).
 #[derive(Debug, Subcommand)]
 enum ClusterCommand {
     /// Show the job's state, its attempt, the workers with their slots and tasks, and the
     /// last complete checkpoint
     Status {
         #[command(flatten)]
-        target: Coordinator,
-        /// Print the coordinator's answer as JSON
+        target: Web,
+        /// Print /v1/job and /v1/checkpoints as one JSON object
         #[arg(long)]
         json: bool,
     },
     /// Cancel the job: every worker stops its tasks and the coordinator exits non-zero
     Cancel {
         #[command(flatten)]
-        target: Coordinator,
+        target: Web,
     },
-    /// Have the coordinator take a savepoint (its path appears in the coordinator's log
-    /// and in `weir checkpoints list`)
+    /// Have the coordinator take a savepoint and wait for it; prints its path
     Savepoint {
         #[command(flatten)]
-        target: Coordinator,
+        target: Web,
         /// Stop the job once the savepoint is written and committed
         #[arg(long)]
         stop: bool,
     },
-}
-
-/// Which coordinator to ask.
-#[derive(Debug, Args)]
-struct Coordinator {
-    /// The coordinator's address (its --listen HOST:PORT)
-    #[arg(long, value_name = "HOST:PORT")]
-    coordinator: String,
-    /// How long to wait for an answer, in seconds
-    #[arg(
-        long = "timeout-s",
-        value_name = "SECONDS",
-        default_value_t = 10,
-        value_parser = clap::value_parser!(u64).range(1..)
-    )]
-    timeout_s: u64,
 }
 
 /// `weir checkpoints …`
@@ -287,12 +277,7 @@ fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<()> {
                 }
                 JobCommand::Cancel { target } => (target, job::Request::Cancel),
             };
-            job::run(
-                &target.web,
-                request,
-                Duration::from_secs(target.timeout_s),
-                out,
-            )
+            job::run(&target.api()?, request, out)
         }
         Command::Cluster(c) => {
             let (target, request) = match c {
@@ -304,13 +289,23 @@ fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<()> {
                     (target, cluster::Request::Savepoint { stop })
                 }
             };
-            cluster::run(
-                &target.coordinator,
-                request,
-                Duration::from_secs(target.timeout_s),
-                out,
-            )
+            cluster::run(&target.api()?, request, out)
         }
+    }
+}
+
+impl Web {
+    /// The client for this API, with the secret read from its file.
+    fn api(self) -> anyhow::Result<job::Api> {
+        let secret = match &self.secret_file {
+            Some(path) => Some(weir_runtime::Secret::from_file(path)?),
+            None => None,
+        };
+        Ok(job::Api {
+            web: self.web,
+            timeout: Duration::from_secs(self.timeout_s),
+            secret,
+        })
     }
 }
 

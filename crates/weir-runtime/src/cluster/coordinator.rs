@@ -136,7 +136,7 @@ pub(crate) fn run(
         let Some(shared) = weak.upgrade() else {
             return serde_json::Value::Null;
         };
-        let s = admin::answer(&shared, crate::cluster::wire::AdminRequest::Status);
+        let s = admin::status(&shared);
         serde_json::json!({
             "role": "coordinator",
             "address": address.to_string(),
@@ -409,7 +409,8 @@ async fn refuse(w: &mut tokio::net::tcp::OwnedWriteHalf, reason: String) {
     let _ = wire::write_frame(w, &wire::encode(&Wire::Refused { reason })).await;
 }
 
-/// One connection: an administration request, or a worker for as long as it lives.
+/// One connection: a worker for as long as it lives (or an administration tool of an
+/// earlier version, told where the REST API is).
 async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
     let _ = stream.set_nodelay(true);
     let (mut r, mut w) = stream.into_split();
@@ -418,14 +419,8 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
         _ => return,
     };
     match wire::decode(&first) {
-        Ok(Body::Admin(req)) => {
-            let reply = admin::answer(&shared, req);
-            let _ = wire::write_frame(&mut w, &wire::encode_json(&reply)).await;
-            return;
-        }
-        Err(e) if first.first() == Some(&b'J') => {
-            let reply = serde_json::json!({"ok": false, "message": e.to_string()});
-            let _ = wire::write_frame(&mut w, &wire::encode_json(&reply)).await;
+        Ok(Body::Json) | Err(_) if first.first() == Some(&b'J') => {
+            let _ = wire::write_frame(&mut w, &wire::encode_json(&admin::moved())).await;
             return;
         }
         Ok(Body::Wire(Wire::Hello { protocol })) if protocol == wire::PROTOCOL => {}

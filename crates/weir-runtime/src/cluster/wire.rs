@@ -5,8 +5,8 @@
 //! it is encoded: `B` for [`Wire`] in weir's binary codec (processes of one job), `D` for
 //! a channel message between workers (the channel's [`LinkKey`] as four little-endian
 //! `u32`s, then the message as the exchange encoded it, carried as is), and `J` for JSON
-//! (the `weir cluster` administration requests and their replies), so a tool can talk to
-//! a coordinator without linking the runtime.
+//! (what `weir cluster` tools of earlier versions sent; the coordinator answers it with a
+//! pointer to its REST API, which is where administration happens now).
 
 use crate::task::{LinkKey, TaskCommand};
 use serde::{Deserialize, Serialize};
@@ -188,22 +188,11 @@ impl WireError {
     }
 }
 
-/// What an administration client (`weir cluster ...`) asks a coordinator, as JSON.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "request", rename_all = "snake_case")]
-pub(crate) enum AdminRequest {
-    Status,
-    Cancel,
-    Savepoint {
-        #[serde(default)]
-        stop: bool,
-    },
-}
-
 /// A decoded frame body.
 pub(crate) enum Body {
     Wire(Wire),
-    Admin(AdminRequest),
+    /// A JSON request: an administration tool of an earlier weir version.
+    Json,
 }
 
 /// Encodes a message as a frame body.
@@ -228,8 +217,8 @@ pub(crate) fn decode(body: &[u8]) -> io::Result<Body> {
             .map(Body::Wire)
             .map_err(|e| bad(format!("undecodable message: {e}"))),
         Some((&JSON, rest)) => serde_json::from_slice(rest)
-            .map(Body::Admin)
-            .map_err(|e| bad(format!("unknown request: {e}"))),
+            .map(|_: serde_json::Value| Body::Json)
+            .map_err(|e| bad(format!("not a JSON request: {e}"))),
         _ => Err(bad(
             "not a weir cluster frame (is something else talking to this port?)".into(),
         )),
@@ -311,7 +300,7 @@ mod tests {
         }
         assert!(matches!(
             decode(&read_frame(&mut r).await.unwrap().unwrap()).unwrap(),
-            Body::Admin(AdminRequest::Status)
+            Body::Json
         ));
         assert!(read_frame(&mut r).await.unwrap().is_none());
 
