@@ -46,7 +46,7 @@
 //!
 //! ```text
 //! file_sum --cluster coordinator --listen HOST:PORT --workers N [--heartbeat-timeout-ms MS] <job flags as above>
-//! file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS]
+//! file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS] [--secret-file PATH]
 //! ```
 //!
 //! - The coordinator waits for N workers, runs the job on their slots (a slot runs one
@@ -57,6 +57,10 @@
 //! - A worker joins (waiting up to `--join-timeout-ms`, default 60000, for the coordinator
 //!   to be up), runs the subtasks it is given, and exits 0 when the coordinator says the
 //!   job is done. `--slots` defaults to 2.
+//! - `--secret-file PATH` (or `WEIR_SECRET_FILE`) on every process: the coordinator and
+//!   the workers prove to each other that they hold the same secret on every connection
+//!   (a process without it, or with another, is refused and counted), and the REST API's
+//!   actions need it.
 //! - A worker that stops answering for `--heartbeat-timeout-ms` (default 5000) is declared
 //!   lost: the job restarts on the remaining workers from its last complete checkpoint, or
 //!   waits for a new worker when slots are short. The output is the same as one process's.
@@ -64,7 +68,7 @@
 use anyhow::{Context, bail};
 use std::path::PathBuf;
 use std::time::Duration;
-use weir::cluster::{ClusterConfig, join};
+use weir::cluster::{ClusterConfig, join_with_secret};
 use weir::prelude::*;
 
 /// How this process takes part.
@@ -190,7 +194,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                      [--state-cache-entries N] [--lease-ms MS] [--web HOST:PORT] [--secret-file PATH]\n       \
                      file_sum --cluster coordinator --listen HOST:PORT --workers N \
                      [--heartbeat-timeout-ms MS] <job flags>\n       \
-                     file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS]"
+                     file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS] [--secret-file PATH]"
                 );
                 std::process::exit(0);
             }
@@ -229,7 +233,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                 state,
                 lease_ms,
                 web: None,
-                secret: None,
+                secret: secret(secret_file)?,
             });
         }
         Some(other) => bail!("--cluster is `coordinator` or `worker`, not `{other}`"),
@@ -329,7 +333,14 @@ fn main() -> anyhow::Result<()> {
             slots,
             join_timeout_ms,
         } => {
-            let joined = join(&coordinator, slots, Duration::from_millis(join_timeout_ms))?;
+            // With a secret, the worker and the coordinator (and the workers among
+            // themselves) prove to each other that they hold it.
+            let joined = join_with_secret(
+                &coordinator,
+                slots,
+                Duration::from_millis(join_timeout_ms),
+                args.secret.clone(),
+            )?;
             // Build the pipeline from the coordinator's job flags.
             args = parse_args(joined.args().to_vec()).context("the coordinator's job flags")?;
             if !matches!(args.role, Role::Alone) {

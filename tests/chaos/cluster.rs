@@ -23,6 +23,8 @@ pub(super) struct Cluster<'a> {
     pub(super) address: String,
     /// The coordinator's REST API address (`--web`), which `weir cluster` talks to.
     pub(super) web: String,
+    /// The secret file every process is started with (`--secret-file`), if any.
+    pub(super) secret: Option<PathBuf>,
     logs: PathBuf,
     started: usize,
 }
@@ -35,6 +37,7 @@ impl<'a> Cluster<'a> {
             s,
             address: format!("127.0.0.1:{}", free_port()),
             web: format!("127.0.0.1:{}", free_port()),
+            secret: None,
             logs,
             started: 0,
         }
@@ -66,6 +69,9 @@ impl<'a> Cluster<'a> {
         let (path, log) = self.log_file("coordinator");
         let mut c = self.s.command(4, Some(6_000), 100);
         c.args(extra);
+        if let Some(secret) = &self.secret {
+            c.arg("--secret-file").arg(secret);
+        }
         c.envs(env.iter().copied());
         c.arg("--cluster")
             .arg("coordinator")
@@ -90,6 +96,9 @@ impl<'a> Cluster<'a> {
     fn worker_with(&mut self, slots: usize, failpoints: Option<&str>) -> (Child, PathBuf) {
         let (path, log) = self.log_file("worker");
         let mut c = Command::new(env!("CARGO_BIN_EXE_file_sum"));
+        if let Some(secret) = &self.secret {
+            c.arg("--secret-file").arg(secret);
+        }
         c.arg("--cluster")
             .arg("worker")
             .arg("--coordinator")
@@ -302,9 +311,12 @@ fn savepoint_stop_and_cancel_go_through_the_coordinator() {
     std::fs::write(&wrong, "not-the-secret-0123456789abcdef\n").expect("write a wrong one");
     let secret_arg = secret.to_str().expect("utf-8 path");
     let wrong_arg = wrong.to_str().expect("utf-8 path");
+    // Every process holds the secret: workers prove it to the coordinator and to each
+    // other; a worker without it is refused.
+    cl.secret = Some(secret.clone());
 
     // Stop with a savepoint through the coordinator's REST API, then resume from it.
-    let (mut coord, coord_log) = cl.coordinator_with(&["--secret-file", secret_arg]);
+    let (mut coord, coord_log) = cl.coordinator();
     let workers = start_workers(&mut cl, &coord_log);
     wait_checkpoint_after(&s, 1);
     let refused = weir_cluster_output(&cl.web, &["savepoint", "--stop"]);
@@ -318,6 +330,20 @@ fn savepoint_stop_and_cancel_go_through_the_coordinator() {
     assert!(err.contains("is not this job's secret"), "{err}");
     let text = weir_cluster(&cl.web, &["status"]);
     assert!(text.contains("state:           RUNNING"), "{text}");
+    // A worker started without the secret is refused and exits, naming what to give.
+    let intruder = Command::new(env!("CARGO_BIN_EXE_file_sum"))
+        .args(["--cluster", "worker", "--coordinator", &cl.address])
+        .args(["--join-timeout-ms", "5000"])
+        .env_remove("WEIR_SECRET_FILE")
+        .output()
+        .expect("run a worker without the secret");
+    let err = String::from_utf8_lossy(&intruder.stderr);
+    assert!(!intruder.status.success(), "{err}");
+    assert!(
+        err.contains("this cluster requires authentication"),
+        "{err}"
+    );
+    assert!(read(&coord_log).contains("refused a connection from"));
     let said = weir_cluster(
         &cl.web,
         &["savepoint", "--stop", "--secret-file", secret_arg],

@@ -9,7 +9,7 @@ use weir::cluster::{ClusterConfig, join};
 use weir::prelude::*;
 use weir_tests::{Stamped, event_time, join_within, kv};
 
-fn free_address() -> String {
+pub(crate) fn free_address() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     format!("127.0.0.1:{}", l.local_addr().expect("address").port())
 }
@@ -20,7 +20,7 @@ fn at(k: &str, v: i64, ts: Timestamp) -> ((String, i64), Timestamp) {
 
 /// Tumbling event-time sums at parallelism 2; the window operator's subtasks run on
 /// different workers, so watermarks must cross processes for any window to fire.
-fn windowed_sums(env: &Env) -> Stamped<(String, i64)> {
+pub(crate) fn windowed_sums(env: &Env) -> Stamped<(String, i64)> {
     let input = vec![
         at("a", 1, 1),
         at("a", 2, 5),
@@ -114,7 +114,7 @@ fn coordinator_and_worker(address: &str, build: impl Fn(&Env)) -> (JobHandle, En
 }
 
 /// A job that never ends on its own: running sums of an endless count.
-fn endless(env: &Env) {
+pub(crate) fn endless(env: &Env) {
     env.from_iter(0u64..)
         .key_by(|x| x % 7)
         .reduce(|a, b| a.wrapping_add(b))

@@ -7,6 +7,7 @@
 
 mod checkpoint_stats;
 mod cluster;
+mod cluster_auth;
 mod connect;
 mod dedup;
 mod docs;

@@ -59,7 +59,7 @@ pub use weir_state::BackendKind;
 /// # Ok::<(), weir::Error>(())
 /// ```
 pub mod cluster {
-    pub use weir_runtime::cluster::{ClusterConfig, ClusterRole, Joined, join};
+    pub use weir_runtime::cluster::{ClusterConfig, ClusterRole, Joined, join, join_with_secret};
 }
 #[cfg(feature = "rocksdb")]
 pub use weir_state::RocksDbConfig;

@@ -418,6 +418,20 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
         Ok(Ok(Some(b))) => b,
         _ => return,
     };
+    let secret = shared.job.cfg.secret.as_ref();
+    let first = match super::auth::server(&mut r, &mut w, secret, first, "coordinator").await {
+        Ok(super::auth::Admitted::Open(first)) => first,
+        Ok(super::auth::Admitted::Authenticated) => {
+            match tokio::time::timeout(shared.timeout, wire::read_frame(&mut r)).await {
+                Ok(Ok(Some(b))) => b,
+                _ => return,
+            }
+        }
+        Err(reason) => {
+            eprintln!("[weir] refused a connection from {peer}: {reason}");
+            return;
+        }
+    };
     match wire::decode(&first) {
         Ok(Body::Json) | Err(_) if first.first() == Some(&b'J') => {
             let _ = wire::write_frame(&mut w, &wire::encode_json(&admin::moved())).await;

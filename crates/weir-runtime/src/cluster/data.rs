@@ -88,11 +88,17 @@ pub(crate) struct DataPlane {
     port: u16,
     inbound: Arc<Mutex<Inbound>>,
     attempt: watch::Sender<u64>,
+    /// The job's secret, proven on every data connection both ways.
+    secret: Option<crate::Secret>,
 }
 
 impl DataPlane {
     /// Binds the data listener on `bind` (`host:port`; port 0 picks one).
-    pub(crate) fn start(rt: &tokio::runtime::Runtime, bind: &str) -> Result<DataPlane> {
+    pub(crate) fn start(
+        rt: &tokio::runtime::Runtime,
+        bind: &str,
+        secret: Option<crate::Secret>,
+    ) -> Result<DataPlane> {
         let listener = rt.block_on(TcpListener::bind(bind)).map_err(|e| {
             Error::Config(format!("a worker cannot listen for data on {bind}: {e}"))
         })?;
@@ -102,12 +108,18 @@ impl DataPlane {
             .port();
         let inbound = Arc::new(Mutex::new(Inbound::default()));
         let (attempt, attempt_rx) = watch::channel(0u64);
-        rt.spawn(accept(listener, inbound.clone(), attempt_rx));
+        rt.spawn(accept(
+            listener,
+            inbound.clone(),
+            attempt_rx,
+            secret.clone(),
+        ));
         Ok(DataPlane {
             rt: rt.handle().clone(),
             port,
             inbound,
             attempt,
+            secret,
         })
     }
 
@@ -152,9 +164,14 @@ impl DataPlane {
             let address = addresses.get(&peer).ok_or_else(|| {
                 Error::Config(format!("internal: no data address of worker {peer}"))
             })?;
-            let (tx, table) = self
-                .rt
-                .block_on(connect(address, attempt, me, &links, credits))?;
+            let (tx, table) = self.rt.block_on(connect(
+                address,
+                attempt,
+                me,
+                &links,
+                credits,
+                self.secret.as_ref(),
+            ))?;
             for (key, link) in links {
                 let credit = table[&key].clone();
                 let (tx, cancel) = (tx.clone(), cancel.clone());
@@ -259,6 +276,7 @@ async fn connect(
     me: u32,
     links: &[(LinkKey, Link)],
     credits: u32,
+    secret: Option<&crate::Secret>,
 ) -> Result<(UnboundedSender<Vec<u8>>, HashMap<LinkKey, Arc<Credit>>)> {
     let stream = tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(address))
         .await
@@ -274,6 +292,22 @@ async fn connect(
         })?;
     let _ = stream.set_nodelay(true);
     let (mut r, mut w) = stream.into_split();
+    let peer = format!("the worker at {address}");
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        super::auth::client(&mut r, &mut w, secret, &peer),
+    )
+    .await
+    .map_err(|_| Error::Remote {
+        message: format!("{peer} did not complete the authentication within 10 s"),
+        deterministic: false,
+        secondary: false,
+    })?
+    .map_err(|e| Error::Remote {
+        message: e.to_string(),
+        deterministic: false,
+        secondary: false,
+    })?;
     wire::write_frame(
         &mut w,
         &wire::encode(&Wire::DataHello { attempt, from: me }),
@@ -305,11 +339,18 @@ async fn accept(
     listener: TcpListener,
     inbound: Arc<Mutex<Inbound>>,
     attempt: watch::Receiver<u64>,
+    secret: Option<crate::Secret>,
 ) {
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
-                tokio::spawn(serve(stream, inbound.clone(), attempt.clone()));
+            Ok((stream, peer)) => {
+                tokio::spawn(serve(
+                    stream,
+                    peer,
+                    inbound.clone(),
+                    attempt.clone(),
+                    secret.clone(),
+                ));
             }
             Err(e) => {
                 tracing::warn!(error = %e, "accepting a data connection failed");
@@ -320,13 +361,37 @@ async fn accept(
 }
 
 /// One incoming data connection, for one attempt.
-async fn serve(stream: TcpStream, inbound: Arc<Mutex<Inbound>>, mut current: watch::Receiver<u64>) {
+async fn serve(
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+    inbound: Arc<Mutex<Inbound>>,
+    mut current: watch::Receiver<u64>,
+    secret: Option<crate::Secret>,
+) {
     let _ = stream.set_nodelay(true);
-    let (mut r, w) = stream.into_split();
-    let Ok(Ok(Some(hello))) =
-        tokio::time::timeout(Duration::from_secs(10), wire::read_frame(&mut r)).await
-    else {
+    let (mut r, mut w) = stream.into_split();
+    let first_frame = async |r: &mut tokio::net::tcp::OwnedReadHalf| match tokio::time::timeout(
+        Duration::from_secs(10),
+        wire::read_frame(r),
+    )
+    .await
+    {
+        Ok(Ok(Some(f))) => Some(f),
+        _ => None,
+    };
+    let Some(first) = first_frame(&mut r).await else {
         return;
+    };
+    let hello = match super::auth::server(&mut r, &mut w, secret.as_ref(), first, "data").await {
+        Ok(super::auth::Admitted::Open(first)) => first,
+        Ok(super::auth::Admitted::Authenticated) => match first_frame(&mut r).await {
+            Some(f) => f,
+            None => return,
+        },
+        Err(reason) => {
+            eprintln!("[weir] refused a data connection from {peer}: {reason}");
+            return;
+        }
     };
     let Ok(Body::Wire(Wire::DataHello { attempt, from })) = wire::decode(&hello) else {
         return;

@@ -17,6 +17,7 @@
 //! it, so a worker cut off from the cluster never commits output of an old attempt.
 //! See docs/cluster.md.
 
+mod auth;
 mod coordinator;
 mod data;
 mod sent;
@@ -24,7 +25,7 @@ mod staging;
 pub(crate) mod wire;
 mod worker;
 
-pub use worker::{Joined, join};
+pub use worker::{Joined, join, join_with_secret};
 
 use crate::plan::Plan;
 use std::sync::{Arc, Mutex};

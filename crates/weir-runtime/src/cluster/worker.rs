@@ -30,6 +30,8 @@ pub struct Joined {
     heartbeat: Duration,
     timeout: Duration,
     conn: Option<(OwnedReadHalf, OwnedWriteHalf)>,
+    /// The job's secret: proves this worker to the coordinator and to other workers.
+    secret: Option<crate::Secret>,
 }
 
 impl std::fmt::Debug for Joined {
@@ -67,11 +69,34 @@ impl Joined {
 /// # Ok::<(), weir_core::Error>(())
 /// ```
 pub fn join(coordinator: &str, slots: usize, wait: Duration) -> Result<Joined> {
+    join_with_secret(coordinator, slots, wait, None)
+}
+
+/// [`join`] for a cluster whose processes hold a shared secret: this worker and the
+/// coordinator (and, later, the workers among themselves) prove to each other that they
+/// hold it before anything else crosses the connection (docs/cluster.md).
+///
+/// # Errors
+/// As [`join`]; also when the coordinator holds another secret, or none.
+///
+/// ```no_run
+/// use weir_runtime::{Secret, cluster::join_with_secret};
+/// let secret = Secret::from_file("/etc/weir/secret/secret")?;
+/// let joined = join_with_secret("127.0.0.1:7700", 2, std::time::Duration::from_secs(30), Some(secret))?;
+/// # Ok::<(), weir_core::Error>(())
+/// ```
+pub fn join_with_secret(
+    coordinator: &str,
+    slots: usize,
+    wait: Duration,
+    secret: Option<crate::Secret>,
+) -> Result<Joined> {
     if slots == 0 {
         return Err(Error::Config("a worker needs at least 1 slot".into()));
     }
     let rt = super::runtime("worker")?;
-    let (conn, job, args, heartbeat, timeout) = rt.block_on(hello(coordinator, wait))?;
+    let (conn, job, args, heartbeat, timeout) =
+        rt.block_on(hello(coordinator, wait, secret.as_ref()))?;
     Ok(Joined {
         rt,
         coordinator: coordinator.to_string(),
@@ -82,6 +107,7 @@ pub fn join(coordinator: &str, slots: usize, wait: Duration) -> Result<Joined> {
         heartbeat,
         timeout,
         conn: Some(conn),
+        secret,
     })
 }
 
@@ -94,7 +120,11 @@ type Welcomed = (
 );
 
 /// Connects (retrying within `wait`) and exchanges Hello / Welcome.
-async fn hello(coordinator: &str, wait: Duration) -> Result<Welcomed> {
+async fn hello(
+    coordinator: &str,
+    wait: Duration,
+    secret: Option<&crate::Secret>,
+) -> Result<Welcomed> {
     let deadline = Instant::now() + wait;
     let mut delay = Duration::from_millis(50);
     let stream = loop {
@@ -115,6 +145,17 @@ async fn hello(coordinator: &str, wait: Duration) -> Result<Welcomed> {
     let _ = stream.set_nodelay(true);
     let (mut r, mut w) = stream.into_split();
     let io = |e: std::io::Error| Error::io(format!("the coordinator at {coordinator}"), e);
+    let peer = format!("the coordinator at {coordinator}");
+    tokio::time::timeout(
+        wait.max(Duration::from_secs(5)),
+        super::auth::client(&mut r, &mut w, secret, &peer),
+    )
+    .await
+    .map_err(|_| {
+        Error::Config(format!(
+            "{coordinator} accepted the connection but did not complete the authentication"
+        ))
+    })??;
     wire::write_frame(
         &mut w,
         &wire::encode(&Wire::Hello {
@@ -161,6 +202,10 @@ async fn read(r: &mut OwnedReadHalf, coordinator: &str) -> Result<Wire> {
     match wire::read_frame(r).await {
         Ok(Some(body)) => match wire::decode(&body) {
             Ok(Body::Wire(w)) => Ok(w),
+            _ if super::auth::refusal(&body).is_some() => Err(Error::Config(format!(
+                "the coordinator at {coordinator} refused this worker: {}",
+                super::auth::refusal(&body).unwrap_or_default()
+            ))),
             _ => Err(Error::Config(format!(
                 "{coordinator} is not a weir coordinator (it sent something else)"
             ))),
@@ -237,6 +282,7 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
         mut heartbeat,
         mut timeout,
         mut conn,
+        secret,
     } = joined;
     if job_name != name {
         return Err(Error::Config(format!(
@@ -244,14 +290,14 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
         )));
     }
     let fingerprint = super::fingerprint(&job.graph, &job.plan, &job.cfg);
-    let data = DataPlane::start(&rt, "0.0.0.0:0")?;
+    let data = DataPlane::start(&rt, "0.0.0.0:0", secret.clone())?;
     let stats: Arc<Mutex<HashMap<(usize, usize), TaskStats>>> = Arc::default();
     let mut attempts = 0u32;
     loop {
         let (mut r, mut w) = match conn.take() {
             Some(c) => c,
             None => {
-                let (c, j, a, hb, to) = rt.block_on(hello(&coordinator, wait))?;
+                let (c, j, a, hb, to) = rt.block_on(hello(&coordinator, wait, secret.as_ref()))?;
                 if j != job_name || a != args {
                     return Err(Error::Config(format!(
                         "the coordinator at {coordinator} now runs another job ('{j}' with arguments {a:?}); this worker ran '{job_name}' with {args:?}"
