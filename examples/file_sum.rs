@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release --example file_sum -- --input IN --output OUTDIR --checkpoint-dir CKDIR \
 //!     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] [--lease-ms MS] \
-//!     [--web HOST:PORT] [--secret-file PATH]
+//!     [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR]
 //! ```
 //!
 //! - IN holds lines `key,value` (key: text without commas, value: an i64).
@@ -46,7 +46,7 @@
 //!
 //! ```text
 //! file_sum --cluster coordinator --listen HOST:PORT --workers N [--heartbeat-timeout-ms MS] <job flags as above>
-//! file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS] [--secret-file PATH]
+//! file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS] [--secret-file PATH] [--tls-dir DIR]
 //! ```
 //!
 //! - The coordinator waits for N workers, runs the job on their slots (a slot runs one
@@ -60,7 +60,9 @@
 //! - `--secret-file PATH` (or `WEIR_SECRET_FILE`) on every process: the coordinator and
 //!   the workers prove to each other that they hold the same secret on every connection
 //!   (a process without it, or with another, is refused and counted), and the REST API's
-//!   actions need it.
+//!   actions need it. `--tls-dir DIR` (or `WEIR_TLS_DIR`; `tls.crt`, `tls.key`, `ca.crt`)
+//!   on every process encrypts the cluster's connections, each side checking the other's
+//!   certificate against the CA, and serves the REST API over https.
 //! - A worker that stops answering for `--heartbeat-timeout-ms` (default 5000) is declared
 //!   lost: the job restarts on the remaining workers from its last complete checkpoint, or
 //!   waits for a new worker when slots are short. The output is the same as one process's.
@@ -68,7 +70,7 @@
 use anyhow::{Context, bail};
 use std::path::PathBuf;
 use std::time::Duration;
-use weir::cluster::{ClusterConfig, join_with_secret};
+use weir::cluster::{ClusterConfig, Credentials, join_with};
 use weir::prelude::*;
 
 /// How this process takes part.
@@ -104,6 +106,8 @@ struct Args {
     web: Option<String>,
     /// The secret the REST API's actions need (`--secret-file`, or `WEIR_SECRET_FILE`).
     secret: Option<weir::Secret>,
+    /// TLS settings (`--tls-dir`, or `WEIR_TLS_DIR`).
+    tls: Option<weir::Tls>,
 }
 
 fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
@@ -127,6 +131,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
     let mut lease_ms = None;
     let mut web = None;
     let mut secret_file = None;
+    let mut tls_dir = None;
     // RocksDB when this example is built with the `rocksdb` feature, the heap otherwise.
     let mut state = BackendKind::parse(if cfg!(feature = "rocksdb") {
         "rocksdb"
@@ -148,6 +153,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                     | "--join-timeout-ms"
                     | "--web"
                     | "--secret-file"
+                    | "--tls-dir"
             ) {
                 job_args.push(flag.clone());
                 job_args.push(v.clone());
@@ -183,6 +189,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
             "--lease-ms" => lease_ms = Some(value()?.parse().context("--lease-ms")?),
             "--web" => web = Some(value()?),
             "--secret-file" => secret_file = Some(PathBuf::from(value()?)),
+            "--tls-dir" => tls_dir = Some(PathBuf::from(value()?)),
             "--state-cache-entries" => {
                 cache_entries = Some(value()?.parse().context("--state-cache-entries")?)
             }
@@ -191,10 +198,10 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                     "usage: file_sum --input IN --output OUTDIR --checkpoint-dir CKDIR \
                      [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
                      [--from-savepoint PATH] [--start-fresh-if-unusable] [--state rocksdb|memory] \
-                     [--state-cache-entries N] [--lease-ms MS] [--web HOST:PORT] [--secret-file PATH]\n       \
+                     [--state-cache-entries N] [--lease-ms MS] [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR]\n       \
                      file_sum --cluster coordinator --listen HOST:PORT --workers N \
                      [--heartbeat-timeout-ms MS] <job flags>\n       \
-                     file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS] [--secret-file PATH]"
+                     file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS] [--secret-file PATH] [--tls-dir DIR]"
                 );
                 std::process::exit(0);
             }
@@ -234,6 +241,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                 lease_ms,
                 web: None,
                 secret: secret(secret_file)?,
+                tls: tls(tls_dir)?,
             });
         }
         Some(other) => bail!("--cluster is `coordinator` or `worker`, not `{other}`"),
@@ -253,6 +261,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         lease_ms,
         web,
         secret: secret(secret_file)?,
+        tls: tls(tls_dir)?,
     })
 }
 
@@ -335,11 +344,15 @@ fn main() -> anyhow::Result<()> {
         } => {
             // With a secret, the worker and the coordinator (and the workers among
             // themselves) prove to each other that they hold it.
-            let joined = join_with_secret(
+            let credentials = Credentials {
+                secret: args.secret.clone(),
+                tls: args.tls.clone(),
+            };
+            let joined = join_with(
                 &coordinator,
                 slots,
                 Duration::from_millis(join_timeout_ms),
-                args.secret.clone(),
+                credentials,
             )?;
             // Build the pipeline from the coordinator's job flags.
             args = parse_args(joined.args().to_vec()).context("the coordinator's job flags")?;
@@ -375,6 +388,9 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
     }
     if let Some(s) = &args.secret {
         env = env.secret(s.clone());
+    }
+    if let Some(t) = &args.tls {
+        env = env.tls(t.clone());
     }
     let lines = match args.max_rate {
         Some(r) => env.read_text_file_at_rate(&args.input, r),
@@ -422,5 +438,13 @@ fn secret(file: Option<PathBuf>) -> anyhow::Result<Option<weir::Secret>> {
     Ok(match file {
         Some(path) => Some(weir::Secret::from_file(path).context("--secret-file")?),
         None => weir::Secret::from_env()?,
+    })
+}
+
+/// TLS settings from `--tls-dir DIR`, else from the directory `WEIR_TLS_DIR` names.
+fn tls(dir: Option<PathBuf>) -> anyhow::Result<Option<weir::Tls>> {
+    Ok(match dir {
+        Some(dir) => Some(weir::Tls::from_dir(dir).context("--tls-dir")?),
+        None => weir::Tls::from_env()?,
     })
 }

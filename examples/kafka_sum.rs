@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release --example kafka_sum -- --brokers HOST:PORT --input-topic IN \
 //!     --output-topic OUT --checkpoint-dir CKDIR [--checkpoint-interval-ms MS] \
-//!     [--parallelism P] [--bounded] [--web HOST:PORT] [--secret-file PATH]
+//!     [--parallelism P] [--bounded] [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR]
 //! ```
 //!
 //! - Input records: Kafka key = the key (UTF-8), value = an i64 as decimal UTF-8. The input
@@ -62,6 +62,8 @@ struct Args {
     web: Option<String>,
     /// The secret the REST API's actions need (`--secret-file`, or `WEIR_SECRET_FILE`).
     secret: Option<weir::Secret>,
+    /// TLS settings (`--tls-dir`, or `WEIR_TLS_DIR`).
+    tls: Option<weir::Tls>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -83,6 +85,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut max_restarts = None;
     let mut web = None;
     let mut secret_file = None;
+    let mut tls_dir = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -111,6 +114,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--max-restarts" => max_restarts = Some(value()?.parse().context("--max-restarts")?),
             "--web" => web = Some(value()?),
             "--secret-file" => secret_file = Some(PathBuf::from(value()?)),
+            "--tls-dir" => tls_dir = Some(PathBuf::from(value()?)),
             "-h" | "--help" => {
                 println!(
                     "usage: kafka_sum --brokers HOST:PORT --input-topic IN --output-topic OUT \
@@ -118,7 +122,7 @@ fn parse_args() -> anyhow::Result<Args> {
                      [--bounded] [--checkpoint-timeout-ms MS] [--transaction-timeout-ms MS] \
                      [--transactional-id-prefix NAME] [--dead-letter-topic DLQ] \
                      [--at-least-once] [--state memory|rocksdb] [--from-savepoint PATH] \
-                     [--start-fresh-if-unusable] [--max-restarts N] [--web HOST:PORT] [--secret-file PATH]"
+                     [--start-fresh-if-unusable] [--max-restarts N] [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR]"
                 );
                 std::process::exit(0);
             }
@@ -144,6 +148,7 @@ fn parse_args() -> anyhow::Result<Args> {
         max_restarts,
         web,
         secret: secret(secret_file)?,
+        tls: tls(tls_dir)?,
     })
 }
 
@@ -210,6 +215,9 @@ fn main() -> anyhow::Result<()> {
     if let Some(s) = &args.secret {
         env = env.secret(s.clone());
     }
+    if let Some(t) = &args.tls {
+        env = env.tls(t.clone());
+    }
 
     let mut source = KafkaSource::new(&args.brokers, [args.input.as_str()])
         .group_id(&format!("{}-source", args.prefix))
@@ -265,5 +273,13 @@ fn secret(file: Option<PathBuf>) -> anyhow::Result<Option<weir::Secret>> {
     Ok(match file {
         Some(path) => Some(weir::Secret::from_file(path).context("--secret-file")?),
         None => weir::Secret::from_env()?,
+    })
+}
+
+/// TLS settings from `--tls-dir DIR`, else from the directory `WEIR_TLS_DIR` names.
+fn tls(dir: Option<PathBuf>) -> anyhow::Result<Option<weir::Tls>> {
+    Ok(match dir {
+        Some(dir) => Some(weir::Tls::from_dir(dir).context("--tls-dir")?),
+        None => weir::Tls::from_env()?,
     })
 }

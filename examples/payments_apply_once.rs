@@ -6,7 +6,7 @@
 //! cargo run --release --example payments_apply_once -- --postgres URL --input PAYMENTS \
 //!     --checkpoint-dir CKDIR [--schema NAME] [--create-orders N] [--dead-letters DIR] \
 //!     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
-//!     [--web HOST:PORT] [--secret-file PATH]
+//!     [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR]
 //! ```
 //!
 //! - PAYMENTS holds lines `payment_id,order_id,amount` (amount: an i64). A payment may
@@ -63,6 +63,8 @@ struct Args {
     web: Option<String>,
     /// The secret the REST API's actions need (`--secret-file`, or `WEIR_SECRET_FILE`).
     secret: Option<weir::Secret>,
+    /// TLS settings (`--tls-dir`, or `WEIR_TLS_DIR`).
+    tls: Option<weir::Tls>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -72,6 +74,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let (mut interval_ms, mut parallelism) = (1000, 1);
     let mut web = None;
     let mut secret_file = None;
+    let mut tls_dir = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -89,11 +92,12 @@ fn parse_args() -> anyhow::Result<Args> {
             "--max-rate" => max_rate = Some(value()?.parse().context("--max-rate")?),
             "--web" => web = Some(value()?),
             "--secret-file" => secret_file = Some(PathBuf::from(value()?)),
+            "--tls-dir" => tls_dir = Some(PathBuf::from(value()?)),
             other => bail!(
                 "unknown argument {other:?}; usage: payments_apply_once --postgres URL --input PAYMENTS \
                  --checkpoint-dir CKDIR [--schema NAME] [--create-orders N] [--dead-letters DIR] \
                  [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
-                 [--web HOST:PORT] [--secret-file PATH]"
+                 [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR]"
             ),
         }
     }
@@ -119,6 +123,7 @@ fn parse_args() -> anyhow::Result<Args> {
         max_rate,
         web,
         secret: secret(secret_file)?,
+        tls: tls(tls_dir)?,
     })
 }
 
@@ -182,6 +187,9 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(s) = &args.secret {
         env = env.secret(s.clone());
+    }
+    if let Some(t) = &args.tls {
+        env = env.tls(t.clone());
     }
     let lines = match args.max_rate {
         Some(r) => env.read_text_file_at_rate(&args.input, r),
@@ -258,5 +266,13 @@ fn secret(file: Option<PathBuf>) -> anyhow::Result<Option<weir::Secret>> {
     Ok(match file {
         Some(path) => Some(weir::Secret::from_file(path).context("--secret-file")?),
         None => weir::Secret::from_env()?,
+    })
+}
+
+/// TLS settings from `--tls-dir DIR`, else from the directory `WEIR_TLS_DIR` names.
+fn tls(dir: Option<PathBuf>) -> anyhow::Result<Option<weir::Tls>> {
+    Ok(match dir {
+        Some(dir) => Some(weir::Tls::from_dir(dir).context("--tls-dir")?),
+        None => weir::Tls::from_env()?,
     })
 }

@@ -438,3 +438,63 @@ pub mod rest {
             .unwrap_or_else(|| panic!("no operator '{name}' in {ops:#}"))
     }
 }
+
+/// Certificates for the TLS tests: a CA of the test's own, and certificates it signs,
+/// written as a TLS directory (`tls.crt`, `tls.key`, `ca.crt`) as a Kubernetes secret
+/// mounts them.
+pub mod certs {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, date_time_ymd};
+    use std::path::{Path, PathBuf};
+
+    /// A certificate authority.
+    pub struct Ca {
+        issuer: Issuer<'static, KeyPair>,
+        pem: String,
+    }
+
+    impl Ca {
+        /// A new self-signed CA.
+        pub fn new(name: &str) -> Ca {
+            let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, name);
+            let key = KeyPair::generate().unwrap();
+            let pem = params.self_signed(&key).unwrap().pem();
+            Ca {
+                issuer: Issuer::new(params, key),
+                pem,
+            }
+        }
+
+        /// Writes a certificate for `localhost` / `127.0.0.1` signed by this CA, its key
+        /// and the CA into `dir/name/`; returns that directory. `expired` makes one whose
+        /// validity ended in 2020.
+        pub fn issue(&self, dir: &Path, name: &str, expired: bool) -> PathBuf {
+            let mut params =
+                CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+                    .unwrap();
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, name);
+            if expired {
+                params.not_before = date_time_ymd(2019, 1, 1);
+                params.not_after = date_time_ymd(2020, 1, 1);
+            }
+            let key = KeyPair::generate().unwrap();
+            let cert = params.signed_by(&key, &self.issuer).unwrap();
+            let out = dir.join(name);
+            std::fs::create_dir_all(&out).unwrap();
+            std::fs::write(out.join("tls.crt"), cert.pem()).unwrap();
+            std::fs::write(out.join("tls.key"), key.serialize_pem()).unwrap();
+            std::fs::write(out.join("ca.crt"), &self.pem).unwrap();
+            out
+        }
+
+        /// The CA's certificate, PEM.
+        pub fn pem(&self) -> &str {
+            &self.pem
+        }
+    }
+}

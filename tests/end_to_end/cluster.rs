@@ -9,9 +9,19 @@ use weir::cluster::{ClusterConfig, join};
 use weir::prelude::*;
 use weir_tests::{Stamped, event_time, join_within, kv};
 
+/// A free loopback address for a coordinator, below the ephemeral range (32768 and up on
+/// Linux): an address picked by binding port 0 can be handed to another test's worker,
+/// which binds its data port to port 0, before the coordinator binds it.
 pub(crate) fn free_address() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    format!("127.0.0.1:{}", l.local_addr().expect("address").port())
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let offset = (std::process::id() % 800) * 15;
+    loop {
+        let port = (20_000 + (offset + NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return format!("127.0.0.1:{port}");
+        }
+    }
 }
 
 fn at(k: &str, v: i64, ts: Timestamp) -> ((String, i64), Timestamp) {

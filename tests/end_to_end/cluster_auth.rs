@@ -6,13 +6,20 @@
 use crate::cluster::{endless, free_address, windowed_sums};
 use std::io::{Read, Write};
 use std::time::Duration;
-use weir::cluster::{ClusterConfig, join, join_with_secret};
+use weir::cluster::{ClusterConfig, Credentials, join, join_with};
 use weir::prelude::*;
 use weir::{Secret, metrics};
 use weir_tests::{join_within, kv, rest, wait_for};
 
 fn secret() -> Secret {
     Secret::new("cluster-secret-0123456789abcdef").unwrap()
+}
+
+fn secret_only(secret: Secret) -> Credentials {
+    Credentials {
+        secret: Some(secret),
+        tls: None,
+    }
 }
 
 fn refused(port: &str, reason: &str) -> f64 {
@@ -66,7 +73,7 @@ fn workers_without_the_secret_are_refused_and_workers_with_it_run_the_job() {
     );
     assert!(msg.contains("--secret-file"), "{msg}");
     let other = Secret::new("another-secret-0123456789abcdef").unwrap();
-    let e = join_with_secret(&address, 1, Duration::from_secs(10), Some(other))
+    let e = join_with(&address, 1, Duration::from_secs(10), secret_only(other))
         .expect_err("a wrong secret");
     assert!(
         e.to_string().contains("does not hold this job's secret"),
@@ -88,7 +95,7 @@ fn workers_without_the_secret_are_refused_and_workers_with_it_run_the_job() {
         .map(|_| {
             let address = address.clone();
             std::thread::spawn(move || {
-                let joined = join_with_secret(&address, 1, Duration::from_secs(30), Some(secret()))
+                let joined = join_with(&address, 1, Duration::from_secs(30), secret_only(secret()))
                     .expect("join with the secret");
                 let env = Env::new()
                     .parallelism(2)
@@ -130,7 +137,7 @@ fn a_worker_with_a_secret_is_refused_by_a_coordinator_without_one() {
         .cluster(ClusterConfig::coordinator(&address, 1, vec![]));
     endless(&coordinator);
     let coordinator = coordinator.execute_async("job").expect("start");
-    let e = join_with_secret(&address, 1, Duration::from_secs(10), Some(secret()))
+    let e = join_with(&address, 1, Duration::from_secs(10), secret_only(secret()))
         .expect_err("the coordinator has no secret");
     assert!(
         e.to_string()
@@ -155,7 +162,7 @@ fn a_workers_data_port_refuses_a_client_without_the_secret() {
     let coordinator = coordinator.execute_async("job").expect("start");
     let web = coordinator.web_address().expect("the API");
     let joined =
-        join_with_secret(&address, 1, Duration::from_secs(30), Some(secret())).expect("join");
+        join_with(&address, 1, Duration::from_secs(30), secret_only(secret())).expect("join");
     let env = Env::new()
         .parallelism(1)
         .cluster(ClusterConfig::worker(joined));

@@ -8,6 +8,7 @@
 mod checkpoint_stats;
 mod cluster;
 mod cluster_auth;
+mod cluster_tls;
 mod connect;
 mod dedup;
 mod docs;

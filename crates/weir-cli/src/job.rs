@@ -21,6 +21,42 @@ pub struct Api {
     pub web: String,
     pub timeout: Duration,
     pub secret: Option<weir_runtime::Secret>,
+    /// TLS to the API, trusting this CA (`--ca-file`); `None`: plain HTTP.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+}
+
+/// A TLS client configuration that trusts the CA certificates in `path` (PEM).
+pub fn tls_trusting(path: &std::path::Path) -> Result<std::sync::Arc<rustls::ClientConfig>> {
+    use rustls_pki_types::{CertificateDer, pem::PemObject};
+    let pem = std::fs::read(path)
+        .with_context(|| format!("cannot read the CA file {}", path.display()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.with_context(|| format!("{} is not PEM certificates", path.display()))?;
+        roots
+            .add(cert)
+            .with_context(|| format!("a certificate in {} is not usable", path.display()))?;
+    }
+    if roots.is_empty() {
+        bail!("{} holds no certificate", path.display());
+    }
+    #[allow(deprecated)] // ring: see weir_runtime::Tls
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(std::sync::Arc::new(config))
+}
+
+/// Reads a whole response: over TLS an end without close_notify after the answer is
+/// taken as the end, as HTTP/1 with `Connection: close` allows.
+fn read_all(r: &mut dyn Read, into: &mut Vec<u8>) -> std::io::Result<()> {
+    match r.read_to_end(into) {
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !into.is_empty() => Ok(()),
+        other => other.map(|_| ()),
+    }
 }
 
 impl Api {
@@ -53,20 +89,49 @@ impl Api {
             Some(s) => format!("Authorization: Bearer {}\r\n", s.expose()),
             None => String::new(),
         };
-        write!(
-            c,
+        let request = format!(
             "{method} {path} HTTP/1.1\r\nHost: {web}\r\nAccept: application/json\r\n\
              Content-Type: application/json\r\n{auth}Content-Length: {}\r\n\
              Connection: close\r\n\r\n{body}",
             body.len()
-        )?;
+        );
         let mut response = Vec::new();
-        c.read_to_end(&mut response)
-            .with_context(|| format!("no answer from {web} within {}s", timeout.as_secs()))?;
+        match &self.tls {
+            None => {
+                c.write_all(request.as_bytes())?;
+                read_all(&mut c, &mut response)
+            }
+            Some(config) => {
+                let host = web.rsplit_once(':').map_or(web.as_str(), |(h, _)| h);
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let name = rustls_pki_types::ServerName::try_from(host.to_string())
+                    .with_context(|| format!("{host} is not a host name for TLS"))?;
+                let conn =
+                    rustls::ClientConnection::new(config.clone(), name).context("starting TLS")?;
+                let mut tls = rustls::StreamOwned::new(conn, c);
+                tls.write_all(request.as_bytes())
+                    .with_context(|| format!("TLS with {web} failed (does it serve https?)"))?;
+                read_all(&mut tls, &mut response)
+            }
+        }
+        .with_context(|| format!("no answer from {web} within {}s", timeout.as_secs()))?;
+        if self.tls.is_none() && matches!(response.first(), Some(0x15 | 0x16)) {
+            bail!(
+                "{web} answered with TLS: it serves https; give the CA that signed its \
+                 certificate with --ca-file PATH (or WEIR_CA_FILE)"
+            );
+        }
+        if response.is_empty() {
+            bail!(
+                "{web} closed the connection without an answer: if it serves https, give the \
+                 CA that signed its certificate with --ca-file PATH"
+            );
+        }
         let response = String::from_utf8_lossy(&response);
-        let (head, body) = response
-            .split_once("\r\n\r\n")
-            .with_context(|| format!("{web} did not answer HTTP"))?;
+        let (head, body) = response.split_once("\r\n\r\n").with_context(|| {
+            let start: String = response.chars().take(200).collect();
+            format!("{web} did not answer HTTP: {start:?}")
+        })?;
         let status: u16 = head
             .split_whitespace()
             .nth(1)

@@ -102,6 +102,10 @@ struct Web {
     /// job started with one
     #[arg(long, value_name = "PATH", env = "WEIR_SECRET_FILE")]
     secret_file: Option<PathBuf>,
+    /// Talk https to the API, trusting the CA certificate(s) in this PEM file (the job's
+    /// ca.crt when it runs with --tls-dir)
+    #[arg(long, value_name = "PATH", env = "WEIR_CA_FILE")]
+    ca_file: Option<PathBuf>,
     /// How long to wait for an answer (for a savepoint: for the savepoint), in seconds
     #[arg(
         long = "timeout-s",
@@ -301,10 +305,15 @@ impl Web {
             Some(path) => Some(weir_runtime::Secret::from_file(path)?),
             None => None,
         };
+        let tls = match &self.ca_file {
+            Some(path) => Some(job::tls_trusting(path)?),
+            None => None,
+        };
         Ok(job::Api {
             web: self.web,
             timeout: Duration::from_secs(self.timeout_s),
             secret,
+            tls,
         })
     }
 }

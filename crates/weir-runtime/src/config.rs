@@ -48,6 +48,9 @@ pub struct JobConfig {
     /// the job through the REST API: savepoints, stop, cancel. `None`: the actions are
     /// open to anyone who reaches the address. The views never need it.
     pub secret: Option<crate::Secret>,
+    /// TLS on the cluster's connections (mutual: certificates of one CA) and on the REST
+    /// API (`None`: plain text).
+    pub tls: Option<crate::Tls>,
     /// Runs the job as part of a cluster (coordinator or worker); `None` runs it in this
     /// process alone.
     pub cluster: Option<crate::cluster::ClusterConfig>,
@@ -162,6 +165,7 @@ impl Default for JobConfig {
             metrics_address: None,
             web_address: None,
             secret: None,
+            tls: None,
             cluster: None,
         }
     }

@@ -17,6 +17,7 @@ mod restart;
 mod secret;
 mod status;
 mod task;
+mod tls;
 mod web;
 
 pub use cluster::{ClusterConfig, ClusterRole, Joined, join};
@@ -24,3 +25,4 @@ pub use config::{CheckpointConfig, JobConfig};
 pub use job::{JobHandle, JobResult, SAVEPOINT_REQUEST_FILE, TaskStats, execute, start};
 pub use restart::{ExponentialDelay, FailureRate, FixedDelay, RestartStrategy};
 pub use secret::{MIN_SECRET_LEN, SECRET_FILE_VAR, Secret};
+pub use tls::{TLS_DIR_VAR, Tls};

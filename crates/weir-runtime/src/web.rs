@@ -90,6 +90,12 @@ impl WebServer {
             tokio::net::TcpListener::from_std(listener)
                 .map_err(|e| Error::io(format!("web address {address}"), e))?
         };
+        if !bound.ip().is_loopback() && job.cfg.tls.is_none() {
+            eprintln!(
+                "[weir] warning: the REST API on {bound} is plain HTTP on a non-loopback \
+                 address: give the job TLS settings (--tls-dir) to encrypt it"
+            );
+        }
         if !bound.ip().is_loopback() && job.cfg.secret.is_none() {
             eprintln!(
                 "[weir] warning: the REST API on {bound} takes savepoints, stops and cancels \
@@ -98,6 +104,11 @@ impl WebServer {
             );
         }
         let status = job.status.clone();
+        let tls = job
+            .cfg
+            .tls
+            .as_ref()
+            .map(|t| tokio_rustls::TlsAcceptor::from(t.web_server.clone()));
         let app = router(job);
         let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counting = active.clone();
@@ -114,17 +125,23 @@ impl WebServer {
                 };
                 let app = app.clone();
                 let active = Active::new(&counting);
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let _active = active;
-                    let io = hyper_util::rt::TokioIo::new(stream);
-                    let service = hyper_util::service::TowerToHyperService::new(app);
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .title_case_headers(true)
-                        .keep_alive(false)
-                        .header_read_timeout(Duration::from_secs(5))
-                        .timer(hyper_util::rt::TokioTimer::new())
-                        .serve_connection(io, service)
-                        .await;
+                    match tls {
+                        None => serve_connection(stream, app).await,
+                        Some(acceptor) => {
+                            // A client that does not speak TLS, or fails its handshake,
+                            // gets nothing: there is no HTTP to answer it with.
+                            let handshake = tokio::time::timeout(
+                                Duration::from_secs(5),
+                                acceptor.accept(stream),
+                            );
+                            if let Ok(Ok(stream)) = handshake.await {
+                                serve_connection(stream, app).await;
+                            }
+                        }
+                    }
                 });
             }
         });
@@ -173,6 +190,21 @@ impl Drop for WebServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Serves one connection (one request: the answer closes it).
+async fn serve_connection<I>(io: I, app: Router)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    let _ = hyper::server::conn::http1::Builder::new()
+        .title_case_headers(true)
+        .keep_alive(false)
+        .header_read_timeout(Duration::from_secs(5))
+        .timer(hyper_util::rt::TokioTimer::new())
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+        .await;
 }
 
 fn router(job: Arc<JobShared>) -> Router {

@@ -26,7 +26,7 @@ pub use weir_core::{
 };
 pub use weir_runtime::{
     CheckpointConfig, ExponentialDelay, FailureRate, FixedDelay, JobConfig, JobHandle, JobResult,
-    RestartStrategy, SAVEPOINT_REQUEST_FILE, Secret, TaskStats,
+    RestartStrategy, SAVEPOINT_REQUEST_FILE, Secret, TaskStats, Tls,
 };
 pub use weir_state::BackendKind;
 
@@ -59,7 +59,9 @@ pub use weir_state::BackendKind;
 /// # Ok::<(), weir::Error>(())
 /// ```
 pub mod cluster {
-    pub use weir_runtime::cluster::{ClusterConfig, ClusterRole, Joined, join, join_with_secret};
+    pub use weir_runtime::cluster::{
+        ClusterConfig, ClusterRole, Credentials, Joined, join, join_with,
+    };
 }
 #[cfg(feature = "rocksdb")]
 pub use weir_state::RocksDbConfig;
@@ -194,6 +196,19 @@ impl Env {
     /// ```
     pub fn secret(mut self, secret: weir_runtime::Secret) -> Self {
         self.config.secret = Some(secret);
+        self
+    }
+
+    /// Encrypts the job's connections with TLS: a cluster's connections (mutually
+    /// authenticated with certificates of one CA; workers give theirs to
+    /// [`cluster::join_with`]) and the REST API (`https://`). See docs/cluster.md.
+    ///
+    /// ```no_run
+    /// let env = weir::Env::new().tls(weir::Tls::from_dir("/etc/weir/tls")?);
+    /// # Ok::<(), weir::Error>(())
+    /// ```
+    pub fn tls(mut self, tls: weir_runtime::Tls) -> Self {
+        self.config.tls = Some(tls);
         self
     }
 

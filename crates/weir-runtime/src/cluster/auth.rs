@@ -70,7 +70,7 @@ pub(crate) fn refusal(body: &[u8]) -> Option<String> {
 fn refused(port: &str, reason: &str) {
     weir_core::metrics::counter(
         "cluster_connections_refused_total",
-        "Connections to a cluster port refused because they did not prove the job's secret.",
+        "Connections to a cluster port refused: without the job's secret or TLS, or with wrong ones.",
         &[("port", port), ("reason", reason)],
     )
     .inc();
@@ -91,7 +91,7 @@ where
     let Some(secret) = secret else {
         return Ok(());
     };
-    let io = |e: std::io::Error| Error::io(format!("authenticating to {peer}"), e);
+    let io = |e: std::io::Error| super::transport::io_error(peer, e);
     let cn = nonce()?;
     wire::write_frame(w, &frame(b'1', &[&cn]))
         .await

@@ -98,6 +98,20 @@ pub(crate) fn run(
     eprintln!(
         "[weir] job '{name}': coordinator listening on {address}, waiting for {workers} worker(s)"
     );
+    if !address.ip().is_loopback() {
+        if job.cfg.tls.is_none() {
+            eprintln!(
+                "[weir] warning: the cluster's connections are plain text on {address}: give \
+                 every process TLS settings (--tls-dir) to encrypt them"
+            );
+        }
+        if job.cfg.secret.is_none() {
+            eprintln!(
+                "[weir] warning: anyone who reaches {address} can join this job as a worker: \
+                 give every process the job's secret (--secret-file)"
+            );
+        }
+    }
     let staging_root = staging_dir();
     let staging = Arc::new(Staging::new(staging_root.clone(), name)?);
     let (changed, changed_rx) = crossbeam_channel::unbounded();
@@ -405,15 +419,21 @@ async fn accept(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-async fn refuse(w: &mut tokio::net::tcp::OwnedWriteHalf, reason: String) {
+async fn refuse(w: &mut super::transport::Writer, reason: String) {
     let _ = wire::write_frame(w, &wire::encode(&Wire::Refused { reason })).await;
 }
 
 /// One connection: a worker for as long as it lives (or an administration tool of an
 /// earlier version, told where the REST API is).
 async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
-    let _ = stream.set_nodelay(true);
-    let (mut r, mut w) = stream.into_split();
+    let (mut r, mut w) =
+        match super::transport::server(stream, shared.job.cfg.tls.as_ref(), "coordinator").await {
+            Ok(halves) => halves,
+            Err(reason) => {
+                eprintln!("[weir] refused a connection from {peer}: {reason}");
+                return;
+            }
+        };
     let first = match tokio::time::timeout(shared.timeout, wire::read_frame(&mut r)).await {
         Ok(Ok(Some(b))) => b,
         _ => return,

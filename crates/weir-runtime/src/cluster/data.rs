@@ -88,8 +88,8 @@ pub(crate) struct DataPlane {
     port: u16,
     inbound: Arc<Mutex<Inbound>>,
     attempt: watch::Sender<u64>,
-    /// The job's secret, proven on every data connection both ways.
-    secret: Option<crate::Secret>,
+    /// The job's secret and TLS settings, used on every data connection both ways.
+    credentials: super::worker::Credentials,
 }
 
 impl DataPlane {
@@ -97,7 +97,7 @@ impl DataPlane {
     pub(crate) fn start(
         rt: &tokio::runtime::Runtime,
         bind: &str,
-        secret: Option<crate::Secret>,
+        credentials: super::worker::Credentials,
     ) -> Result<DataPlane> {
         let listener = rt.block_on(TcpListener::bind(bind)).map_err(|e| {
             Error::Config(format!("a worker cannot listen for data on {bind}: {e}"))
@@ -112,14 +112,14 @@ impl DataPlane {
             listener,
             inbound.clone(),
             attempt_rx,
-            secret.clone(),
+            credentials.clone(),
         ));
         Ok(DataPlane {
             rt: rt.handle().clone(),
             port,
             inbound,
             attempt,
-            secret,
+            credentials,
         })
     }
 
@@ -170,7 +170,7 @@ impl DataPlane {
                 me,
                 &links,
                 credits,
-                self.secret.as_ref(),
+                &self.credentials,
             ))?;
             for (key, link) in links {
                 let credit = table[&key].clone();
@@ -276,7 +276,7 @@ async fn connect(
     me: u32,
     links: &[(LinkKey, Link)],
     credits: u32,
-    secret: Option<&crate::Secret>,
+    credentials: &super::worker::Credentials,
 ) -> Result<(UnboundedSender<Vec<u8>>, HashMap<LinkKey, Arc<Credit>>)> {
     let stream = tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(address))
         .await
@@ -290,12 +290,18 @@ async fn connect(
             deterministic: false,
             secondary: false,
         })?;
-    let _ = stream.set_nodelay(true);
-    let (mut r, mut w) = stream.into_split();
     let peer = format!("the worker at {address}");
+    let remote = |e: Error| Error::Remote {
+        message: e.to_string(),
+        deterministic: false,
+        secondary: false,
+    };
+    let (mut r, mut w) = super::transport::client(stream, credentials.tls.as_ref(), &peer)
+        .await
+        .map_err(remote)?;
     tokio::time::timeout(
         Duration::from_secs(10),
-        super::auth::client(&mut r, &mut w, secret, &peer),
+        super::auth::client(&mut r, &mut w, credentials.secret.as_ref(), &peer),
     )
     .await
     .map_err(|_| Error::Remote {
@@ -339,7 +345,7 @@ async fn accept(
     listener: TcpListener,
     inbound: Arc<Mutex<Inbound>>,
     attempt: watch::Receiver<u64>,
-    secret: Option<crate::Secret>,
+    credentials: super::worker::Credentials,
 ) {
     loop {
         match listener.accept().await {
@@ -349,7 +355,7 @@ async fn accept(
                     peer,
                     inbound.clone(),
                     attempt.clone(),
-                    secret.clone(),
+                    credentials.clone(),
                 ));
             }
             Err(e) => {
@@ -366,11 +372,17 @@ async fn serve(
     peer: std::net::SocketAddr,
     inbound: Arc<Mutex<Inbound>>,
     mut current: watch::Receiver<u64>,
-    secret: Option<crate::Secret>,
+    credentials: super::worker::Credentials,
 ) {
-    let _ = stream.set_nodelay(true);
-    let (mut r, mut w) = stream.into_split();
-    let first_frame = async |r: &mut tokio::net::tcp::OwnedReadHalf| match tokio::time::timeout(
+    let (mut r, mut w) =
+        match super::transport::server(stream, credentials.tls.as_ref(), "data").await {
+            Ok(halves) => halves,
+            Err(reason) => {
+                eprintln!("[weir] refused a data connection from {peer}: {reason}");
+                return;
+            }
+        };
+    let first_frame = async |r: &mut super::transport::Reader| match tokio::time::timeout(
         Duration::from_secs(10),
         wire::read_frame(r),
     )
@@ -382,17 +394,19 @@ async fn serve(
     let Some(first) = first_frame(&mut r).await else {
         return;
     };
-    let hello = match super::auth::server(&mut r, &mut w, secret.as_ref(), first, "data").await {
-        Ok(super::auth::Admitted::Open(first)) => first,
-        Ok(super::auth::Admitted::Authenticated) => match first_frame(&mut r).await {
-            Some(f) => f,
-            None => return,
-        },
-        Err(reason) => {
-            eprintln!("[weir] refused a data connection from {peer}: {reason}");
-            return;
-        }
-    };
+    let hello =
+        match super::auth::server(&mut r, &mut w, credentials.secret.as_ref(), first, "data").await
+        {
+            Ok(super::auth::Admitted::Open(first)) => first,
+            Ok(super::auth::Admitted::Authenticated) => match first_frame(&mut r).await {
+                Some(f) => f,
+                None => return,
+            },
+            Err(reason) => {
+                eprintln!("[weir] refused a data connection from {peer}: {reason}");
+                return;
+            }
+        };
     let Ok(Body::Wire(Wire::DataHello { attempt, from })) = wire::decode(&hello) else {
         return;
     };

@@ -22,10 +22,11 @@ mod coordinator;
 mod data;
 mod sent;
 mod staging;
+mod transport;
 pub(crate) mod wire;
 mod worker;
 
-pub use worker::{Joined, join, join_with_secret};
+pub use worker::{Credentials, Joined, join, join_with};
 
 use crate::plan::Plan;
 use std::sync::{Arc, Mutex};

@@ -4,6 +4,7 @@
 use super::data::{DataPlane, RemoteLink};
 use super::mono_us;
 use super::sent::{SentFiles, ack_files};
+use super::transport::{Reader, Writer};
 use super::wire::{self, Body, Deploy, Wire, WireError, WireEvent};
 use crate::job::{Commands, Subset};
 use crate::task::{JobShared, StartGate, TaskCommand, TaskEvent};
@@ -15,7 +16,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use weir_core::{Error, Result};
 
 /// A worker's connection to a coordinator, made by [`join`]: the job it runs and the
@@ -29,9 +29,36 @@ pub struct Joined {
     args: Vec<String>,
     heartbeat: Duration,
     timeout: Duration,
-    conn: Option<(OwnedReadHalf, OwnedWriteHalf)>,
-    /// The job's secret: proves this worker to the coordinator and to other workers.
-    secret: Option<crate::Secret>,
+    conn: Option<(Reader, Writer)>,
+    /// What this worker proves itself with, to the coordinator and to other workers.
+    credentials: Credentials,
+}
+
+/// What a worker proves itself with: the job's secret and its TLS settings, the same as
+/// the coordinator's (docs/cluster.md). The default is neither: plain, unauthenticated
+/// connections.
+///
+/// ```
+/// let c = weir_runtime::cluster::Credentials::default();
+/// assert!(c.secret.is_none() && c.tls.is_none());
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Credentials {
+    /// The job's shared secret.
+    pub secret: Option<crate::Secret>,
+    /// TLS settings: this process's certificate and key, and the cluster's CA.
+    pub tls: Option<crate::Tls>,
+}
+
+impl Credentials {
+    /// The secret and TLS settings the environment names (`WEIR_SECRET_FILE`,
+    /// `WEIR_TLS_DIR`); neither when unset.
+    pub fn from_env() -> Result<Credentials> {
+        Ok(Credentials {
+            secret: crate::Secret::from_env()?,
+            tls: crate::Tls::from_env()?,
+        })
+    }
 }
 
 impl std::fmt::Debug for Joined {
@@ -69,34 +96,38 @@ impl Joined {
 /// # Ok::<(), weir_core::Error>(())
 /// ```
 pub fn join(coordinator: &str, slots: usize, wait: Duration) -> Result<Joined> {
-    join_with_secret(coordinator, slots, wait, None)
+    join_with(coordinator, slots, wait, Credentials::default())
 }
 
-/// [`join`] for a cluster whose processes hold a shared secret: this worker and the
-/// coordinator (and, later, the workers among themselves) prove to each other that they
-/// hold it before anything else crosses the connection (docs/cluster.md).
+/// [`join`] for a cluster whose processes hold a shared secret and/or TLS settings: this
+/// worker and the coordinator (and later the workers among themselves) connect over TLS
+/// with certificates of the cluster's CA and prove to each other that they hold the
+/// secret, before anything else crosses the connection (docs/cluster.md).
 ///
 /// # Errors
-/// As [`join`]; also when the coordinator holds another secret, or none.
+/// As [`join`]; also when the coordinator holds another secret or CA, or none.
 ///
 /// ```no_run
-/// use weir_runtime::{Secret, cluster::join_with_secret};
-/// let secret = Secret::from_file("/etc/weir/secret/secret")?;
-/// let joined = join_with_secret("127.0.0.1:7700", 2, std::time::Duration::from_secs(30), Some(secret))?;
+/// use weir_runtime::{Secret, Tls, cluster::{Credentials, join_with}};
+/// let credentials = Credentials {
+///     secret: Some(Secret::from_file("/etc/weir/admin/secret")?),
+///     tls: Some(Tls::from_dir("/etc/weir/tls")?),
+/// };
+/// let joined = join_with("127.0.0.1:7700", 2, std::time::Duration::from_secs(30), credentials)?;
 /// # Ok::<(), weir_core::Error>(())
 /// ```
-pub fn join_with_secret(
+pub fn join_with(
     coordinator: &str,
     slots: usize,
     wait: Duration,
-    secret: Option<crate::Secret>,
+    credentials: Credentials,
 ) -> Result<Joined> {
     if slots == 0 {
         return Err(Error::Config("a worker needs at least 1 slot".into()));
     }
     let rt = super::runtime("worker")?;
     let (conn, job, args, heartbeat, timeout) =
-        rt.block_on(hello(coordinator, wait, secret.as_ref()))?;
+        rt.block_on(hello(coordinator, wait, &credentials))?;
     Ok(Joined {
         rt,
         coordinator: coordinator.to_string(),
@@ -107,24 +138,14 @@ pub fn join_with_secret(
         heartbeat,
         timeout,
         conn: Some(conn),
-        secret,
+        credentials,
     })
 }
 
-type Welcomed = (
-    (OwnedReadHalf, OwnedWriteHalf),
-    String,
-    Vec<String>,
-    Duration,
-    Duration,
-);
+type Welcomed = ((Reader, Writer), String, Vec<String>, Duration, Duration);
 
 /// Connects (retrying within `wait`) and exchanges Hello / Welcome.
-async fn hello(
-    coordinator: &str,
-    wait: Duration,
-    secret: Option<&crate::Secret>,
-) -> Result<Welcomed> {
+async fn hello(coordinator: &str, wait: Duration, credentials: &Credentials) -> Result<Welcomed> {
     let deadline = Instant::now() + wait;
     let mut delay = Duration::from_millis(50);
     let stream = loop {
@@ -142,13 +163,20 @@ async fn hello(
             }
         }
     };
-    let _ = stream.set_nodelay(true);
-    let (mut r, mut w) = stream.into_split();
-    let io = |e: std::io::Error| Error::io(format!("the coordinator at {coordinator}"), e);
+    if credentials.tls.is_none() && stream.peer_addr().is_ok_and(|a| !a.ip().is_loopback()) {
+        eprintln!(
+            "[weir] warning: this worker's connections are plain text: give every process \
+             TLS settings (--tls-dir) to encrypt them"
+        );
+    }
+    let io = |e: std::io::Error| {
+        super::transport::io_error(&format!("the coordinator at {coordinator}"), e)
+    };
     let peer = format!("the coordinator at {coordinator}");
+    let (mut r, mut w) = super::transport::client(stream, credentials.tls.as_ref(), &peer).await?;
     tokio::time::timeout(
         wait.max(Duration::from_secs(5)),
-        super::auth::client(&mut r, &mut w, secret, &peer),
+        super::auth::client(&mut r, &mut w, credentials.secret.as_ref(), &peer),
     )
     .await
     .map_err(|_| {
@@ -198,7 +226,7 @@ async fn hello(
     }
 }
 
-async fn read(r: &mut OwnedReadHalf, coordinator: &str) -> Result<Wire> {
+async fn read(r: &mut Reader, coordinator: &str) -> Result<Wire> {
     match wire::read_frame(r).await {
         Ok(Some(body)) => match wire::decode(&body) {
             Ok(Body::Wire(w)) => Ok(w),
@@ -215,7 +243,10 @@ async fn read(r: &mut OwnedReadHalf, coordinator: &str) -> Result<Wire> {
             deterministic: false,
             secondary: false,
         }),
-        Err(e) => Err(Error::io(format!("the coordinator at {coordinator}"), e)),
+        Err(e) => Err(super::transport::io_error(
+            &format!("the coordinator at {coordinator}"),
+            e,
+        )),
     }
 }
 
@@ -282,7 +313,7 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
         mut heartbeat,
         mut timeout,
         mut conn,
-        secret,
+        credentials,
     } = joined;
     if job_name != name {
         return Err(Error::Config(format!(
@@ -290,14 +321,14 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
         )));
     }
     let fingerprint = super::fingerprint(&job.graph, &job.plan, &job.cfg);
-    let data = DataPlane::start(&rt, "0.0.0.0:0", secret.clone())?;
+    let data = DataPlane::start(&rt, "0.0.0.0:0", credentials.clone())?;
     let stats: Arc<Mutex<HashMap<(usize, usize), TaskStats>>> = Arc::default();
     let mut attempts = 0u32;
     loop {
         let (mut r, mut w) = match conn.take() {
             Some(c) => c,
             None => {
-                let (c, j, a, hb, to) = rt.block_on(hello(&coordinator, wait, secret.as_ref()))?;
+                let (c, j, a, hb, to) = rt.block_on(hello(&coordinator, wait, &credentials))?;
                 if j != job_name || a != args {
                     return Err(Error::Config(format!(
                         "the coordinator at {coordinator} now runs another job ('{j}' with arguments {a:?}); this worker ran '{job_name}' with {args:?}"
