@@ -95,8 +95,11 @@ pub(crate) fn run(
     let address = listener
         .local_addr()
         .map_err(|e| Error::io("the coordinator's listening socket", e))?;
-    eprintln!(
-        "[weir] job '{name}': coordinator listening on {address}, waiting for {workers} worker(s)"
+    tracing::info!(
+        job = name,
+        address = %address,
+        workers,
+        "job '{name}': coordinator listening on {address}, waiting for {workers} worker(s)"
     );
     let staging_root = staging_dir();
     let staging = Arc::new(Staging::new(staging_root.clone(), name)?);
@@ -222,8 +225,11 @@ impl ClusterExecutor {
             }
             if said != Some((count, slots)) {
                 said = Some((count, slots));
-                eprintln!(
-                    "[weir] job '{}': {count} worker(s) with {slots} slot(s) joined; waiting for {} worker(s) and {needed} slot(s)",
+                tracing::info!(
+                    job = %self.shared.name,
+                    workers = count,
+                    slots,
+                    "job '{}': {count} worker(s) with {slots} slot(s) joined; waiting for {} worker(s) and {needed} slot(s)",
                     self.shared.name,
                     if self.first { self.expected } else { 1 }
                 );
@@ -351,8 +357,10 @@ impl Executor for ClusterExecutor {
                 format!("worker {w}: {n} task(s)")
             })
             .collect();
-        eprintln!(
-            "[weir] job '{}': attempt {attempt} deployed ({})",
+        tracing::info!(
+            job = %self.shared.name,
+            cluster_attempt = attempt,
+            "job '{}': attempt {attempt} deployed ({})",
             self.shared.name,
             placement.join(", ")
         );
@@ -470,7 +478,7 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
             "the worker built a different job graph than the coordinator (fingerprint {fingerprint:016x}, expected {:016x}): start workers from the same program and version as the coordinator",
             shared.fingerprint
         );
-        eprintln!("[weir] refused a worker from {peer}: {reason}");
+        tracing::warn!(job = %shared.name, %peer, %reason, "refused a worker from {peer}: {reason}");
         refuse(&mut w, reason).await;
         return;
     }
@@ -495,7 +503,13 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
         id
     };
     let _ = tx.send(wire::encode(&Wire::Accepted { worker: id }));
-    eprintln!("[weir] worker {id} joined from {peer} with {slots} slot(s)");
+    tracing::info!(
+        job = %shared.name,
+        worker = id,
+        %peer,
+        slots,
+        "worker {id} joined from {peer} with {slots} slot(s)"
+    );
     let _ = shared.changed.send(());
     let writer = tokio::spawn(async move {
         let _ = wire::pump(w, &mut rx).await;
@@ -687,8 +701,14 @@ fn stage(
         let message = format!(
             "staging the checkpoint {checkpoint} files of node {head} subtask {subtask} from worker {worker} failed: {reason}"
         );
-        eprintln!(
-            "[weir] job '{}': {message}; checkpoint {checkpoint} fails, and the worker sends the files again with the next one",
+        tracing::warn!(
+            job = %shared.name,
+            checkpoint,
+            worker,
+            operator_node = head,
+            subtask,
+            %reason,
+            "job '{}': {message}; checkpoint {checkpoint} fails, and the worker sends the files again with the next one",
             shared.name
         );
         let _ = tx.send(wire::encode(&Wire::Resend {
@@ -715,9 +735,14 @@ fn lost(shared: &Shared, id: u32, reason: &str) {
     let ended = matches!(st.phase, "finished" | "failed");
     if !ended {
         shared.workers_lost.inc();
-        eprintln!(
-            "[weir] job '{}': worker {id} ({}) lost: {reason}",
-            shared.name, w.peer
+        tracing::warn!(
+            job = %shared.name,
+            worker = id,
+            peer = %w.peer,
+            reason,
+            "job '{}': worker {id} ({}) lost: {reason}",
+            shared.name,
+            w.peer
         );
     }
     if let Some(route) = st.route.as_mut() {

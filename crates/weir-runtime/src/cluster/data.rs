@@ -335,7 +335,7 @@ async fn serve(stream: TcpStream, inbound: Arc<Mutex<Inbound>>, mut current: wat
     let _ =
         tokio::time::timeout(Duration::from_secs(30), current.wait_for(|a| *a >= attempt)).await;
     if *current.borrow() != attempt {
-        tracing::info!(
+        tracing::debug!(
             attempt,
             from,
             "refused a data connection of another attempt"

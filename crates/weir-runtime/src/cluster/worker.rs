@@ -70,6 +70,7 @@ pub fn join(coordinator: &str, slots: usize, wait: Duration) -> Result<Joined> {
     if slots == 0 {
         return Err(Error::Config("a worker needs at least 1 slot".into()));
     }
+    crate::logging::init()?;
     let rt = super::runtime("worker")?;
     let (conn, job, args, heartbeat, timeout) = rt.block_on(hello(coordinator, wait))?;
     Ok(Joined {
@@ -280,8 +281,12 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
                 ))),
             }
         })?;
-        eprintln!(
-            "[weir] worker {me}: joined the coordinator at {coordinator} with {slots} slot(s)"
+        tracing::info!(
+            job = name,
+            worker = me,
+            coordinator = %coordinator,
+            slots,
+            "worker {me}: joined the coordinator at {coordinator} with {slots} slot(s)"
         );
         // The lease: this worker acts on the coordinator's word only until three quarters
         // of the heartbeat timeout after its last answered ping was sent. The coordinator
@@ -439,7 +444,7 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
                         secondary: false,
                     });
                 }
-                eprintln!("[weir] worker {me}: the job is finished");
+                tracing::info!(job = name, worker = me, "worker {me}: the job is finished");
                 let mut tasks: Vec<TaskStats> = stats
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -461,13 +466,20 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
                 // The closed connection told the coordinator at once: it restarts the job
                 // on the other workers, as for any lost worker.
                 rt.shutdown_timeout(Duration::from_secs(1));
-                eprintln!("[weir] worker {me}: cancelled; left the cluster");
+                tracing::info!(
+                    job = name,
+                    worker = me,
+                    "worker {me}: cancelled; left the cluster"
+                );
                 return Err(Error::Cancelled);
             }
             Ended::Lost(reason) => {
                 writer.abort();
-                eprintln!(
-                    "[weir] worker {me}: {reason}; stopped its tasks, reconnecting to {coordinator}"
+                tracing::warn!(
+                    job = name,
+                    worker = me,
+                    %reason,
+                    "worker {me}: {reason}; stopped its tasks, reconnecting to {coordinator}"
                 );
             }
         }
