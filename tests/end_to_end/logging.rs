@@ -116,7 +116,14 @@ fn json_logs_are_one_object_per_line_with_fields_and_spans() {
     }
     let done = event(&events, "job 'file_sum': final checkpoint 1 complete (");
     assert_eq!(done["level"], "INFO");
-    assert_eq!(done["target"], "weir_runtime::job");
+    // The module that logged: a detail of weir's layout, but always one of its crates.
+    assert!(
+        done["target"]
+            .as_str()
+            .unwrap()
+            .starts_with("weir_runtime::job"),
+        "{done}"
+    );
     assert_eq!(done["fields"]["job"], "file_sum");
     assert_eq!(done["fields"]["checkpoint"], 1);
     assert_eq!(done["fields"]["path"], checkpoint_dir(&ck, 1));
