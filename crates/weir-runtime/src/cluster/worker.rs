@@ -497,6 +497,8 @@ fn start_attempt(
     stats: &Arc<Mutex<HashMap<(usize, usize), TaskStats>>>,
 ) -> WorkerAttempt {
     let attempt = d.attempt;
+    // The tasks' events carry the worker and the coordinator's attempt number.
+    let _span = tracing::info_span!("attempt", cluster_attempt = attempt, worker = me).entered();
     let local: HashSet<(usize, usize)> = d
         .tasks
         .iter()
@@ -526,7 +528,9 @@ fn start_attempt(
     if let Some(path) = &d.restore {
         let dir = crate::job::restore_scratch_dir();
         restore_dir = Some(dir.clone());
-        match restore(job, path, &dir) {
+        let restored = tracing::info_span!("restore", path = %path.display())
+            .in_scope(|| restore(job, path, &dir));
+        match restored {
             Ok(m) => map = m,
             Err(e) => {
                 fail(&e);
