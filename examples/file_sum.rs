@@ -410,11 +410,11 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
         .uid("sink");
     let handle = env.execute_async("file_sum").context("file_sum failed")?;
     if let Some(a) = handle.web_address() {
-        eprintln!("file_sum: REST API at http://{a}/v1/job");
+        tracing::info!(address = %a, "REST API at http://{a}/v1/job");
     }
     let result = handle.join().context("file_sum failed")?;
     if worker {
-        eprintln!("file_sum: worker done");
+        tracing::info!("worker done");
         return Ok(());
     }
     if result.stopped_with_savepoint {
@@ -425,8 +425,9 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
         println!("stopped with savepoint {}", path.display());
         return Ok(());
     }
-    eprintln!(
-        "file_sum: done, {} lines read in {:.2}s",
+    tracing::info!(
+        lines = result.records_read(),
+        "done, {} lines read in {:.2}s",
         result.records_read(),
         result.elapsed.as_secs_f64()
     );

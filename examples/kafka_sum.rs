@@ -249,7 +249,7 @@ fn main() -> anyhow::Result<()> {
         .uid("kafka-sink");
     let handle = env.execute_async("kafka_sum").context("kafka_sum failed")?;
     if let Some(a) = handle.web_address() {
-        eprintln!("kafka_sum: REST API at http://{a}/v1/job");
+        tracing::info!(address = %a, "REST API at http://{a}/v1/job");
     }
     let result = handle.join().context("kafka_sum failed")?;
     if result.stopped_with_savepoint {
@@ -260,8 +260,9 @@ fn main() -> anyhow::Result<()> {
         println!("stopped with savepoint {}", path.display());
         return Ok(());
     }
-    eprintln!(
-        "kafka_sum: done, {} records read in {:.2}s",
+    tracing::info!(
+        records = result.records_read(),
+        "done, {} records read in {:.2}s",
         result.records_read(),
         result.elapsed.as_secs_f64()
     );

@@ -178,8 +178,9 @@ fn main() -> anyhow::Result<()> {
     let result = env
         .execute("late_sessions")
         .context("late_sessions failed")?;
-    eprintln!(
-        "late_sessions: done, {} lines read in {:.2}s",
+    tracing::info!(
+        lines = result.records_read(),
+        "done, {} lines read in {:.2}s",
         result.records_read(),
         result.elapsed.as_secs_f64()
     );

@@ -246,12 +246,12 @@ fn main() -> anyhow::Result<()> {
         .execute_async("payments_apply_once")
         .context("payments_apply_once failed")?;
     if let Some(a) = handle.web_address() {
-        eprintln!("payments_apply_once: REST API at http://{a}/v1/job");
+        tracing::info!(address = %a, "REST API at http://{a}/v1/job");
     }
     let result = handle.join().context("payments_apply_once failed")?;
     let m = |name: &str| weir::metrics::sum(name, &[("operator", "apply-payments")]);
-    eprintln!(
-        "payments_apply_once: done, {} payments read in {:.2}s: {} applied, {} duplicates suppressed, {} dead-lettered",
+    tracing::info!(
+        "done, {} payments read in {:.2}s: {} applied, {} duplicates suppressed, {} dead-lettered",
         result.records_read(),
         result.elapsed.as_secs_f64(),
         m("apply_once_applied_total"),

@@ -196,8 +196,10 @@ fn a_staging_failure_fails_that_checkpoint_only_and_the_files_are_sent_again() {
     let (seen, log, _) = run(&s, Some("cluster.stage=error"));
     s.check();
     assert!(log.contains("fail point 'cluster.stage': error"), "{log}");
+    // The coordinator's line for the failure (the abort of that checkpoint quotes it too).
     let failures: Vec<u64> = log
         .lines()
+        .filter(|l| l.contains("the worker sends the files again"))
         .filter_map(|l| l.split("staging the checkpoint ").nth(1))
         .map(|rest| rest.split(' ').next().unwrap().parse().expect("an id"))
         .collect();

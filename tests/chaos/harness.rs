@@ -92,6 +92,9 @@ impl Scenario {
             .arg("--parallelism")
             .arg(parallelism.to_string())
             .env_remove("WEIR_FAILPOINTS")
+            // The tests read the default human log lines.
+            .env_remove("RUST_LOG")
+            .env_remove("WEIR_LOG_FORMAT")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

@@ -14,6 +14,7 @@ mod dedup;
 mod docs;
 mod errors;
 mod joins;
+mod logging;
 mod metrics_endpoint;
 mod operators;
 mod parallelism;

@@ -622,7 +622,7 @@ fn file_sum_serves_the_api_and_stops_with_a_savepoint_through_it() {
             stderr.read_line(&mut line).unwrap() > 0,
             "file_sum ended early"
         );
-        if let Some(rest) = line.trim().strip_prefix("file_sum: REST API at http://") {
+        if let Some((_, rest)) = line.trim().split_once("[file_sum] REST API at http://") {
             break rest.trim_end_matches("/v1/job").parse().unwrap();
         }
     };

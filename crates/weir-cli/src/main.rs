@@ -225,6 +225,12 @@ struct WaitArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The library calls' own messages (and a job's, for `weir job`) are log lines; the
+    // command's answers and its `error:`/`warning:` lines stay plain output.
+    if let Err(e) = weir_runtime::logging::init() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let stdout = io::stdout();
     let mut out = stdout.lock();
     let result = run(cli, &mut out).and_then(|()| out.flush().map_err(Into::into));

@@ -63,7 +63,11 @@ pub fn hit(name: &str) {
 pub fn check(name: &str) -> crate::Result<()> {
     match take(name) {
         Some(action) if action == "error" => {
-            eprintln!("[weir] fail point '{name}': error");
+            tracing::warn!(
+                fail_point = name,
+                action = "error",
+                "fail point '{name}': error"
+            );
             Err(crate::Error::io(
                 format!("fail point '{name}'"),
                 std::io::Error::other("injected failure"),
@@ -86,7 +90,7 @@ fn take(name: &str) -> Option<String> {
 }
 
 fn fire(name: &str, action: &str) {
-    eprintln!("[weir] fail point '{name}': {action}");
+    tracing::warn!(fail_point = name, action, "fail point '{name}': {action}");
     match action {
         "kill" => {
             let pid = std::process::id().to_string();
@@ -108,8 +112,10 @@ fn fire(name: &str, action: &str) {
         }
         "exit" => std::process::exit(86),
         "panic" => panic!("fail point '{name}'"),
-        other => eprintln!(
-            "[weir] unknown fail point action '{other}' (use kill, stop, exit, panic, or error where the code checks for it)"
+        other => tracing::error!(
+            fail_point = name,
+            action = other,
+            "unknown fail point action '{other}' (use kill, stop, exit, panic, or error where the code checks for it)"
         ),
     }
 }

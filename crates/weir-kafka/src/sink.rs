@@ -424,8 +424,11 @@ impl<T: 'static> KafkaSinkFunction<T> {
         while self.producers.len() <= s as usize {
             let slot = self.producers.len() as u32;
             let id = transactional_id(&self.cfg.prefix, self.subtask, slot);
-            eprintln!(
-                "[weir] kafka sink '{}': subtask {} adds producer {id}: {} epochs wait for a \
+            tracing::info!(
+                sink = %self.cfg.prefix,
+                subtask = self.subtask,
+                producer = %id,
+                "kafka sink '{}': subtask {} adds producer {id}: {} epochs wait for a \
                  checkpoint to complete (savepoints or failed checkpoints)",
                 self.cfg.prefix,
                 self.subtask,

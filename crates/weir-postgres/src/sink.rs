@@ -327,7 +327,7 @@ impl<T: Serialize + 'static> SinkFunction<T> for ApplyOnceSink<T> {
             }
             Ok(Applied::Duplicate(_)) => {
                 open.suppressed.inc();
-                tracing::info!(handler = %handler, key = %key, "duplicate suppressed: key already applied");
+                tracing::debug!(handler = %handler, key = %key, "duplicate suppressed: key already applied");
             }
             Err(failed) => {
                 if matches!(failed.error, ApplyError::KeyReuse { .. }) {

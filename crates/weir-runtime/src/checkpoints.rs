@@ -167,8 +167,10 @@ pub(crate) fn find_restore(
     }
     let latest = storage.latest_complete().map_err(storage_err)?;
     for s in &latest.skipped {
-        eprintln!(
-            "[weir] skipping corrupt checkpoint {}: {}",
+        tracing::warn!(
+            path = %s.path.display(),
+            error = %s.error,
+            "skipping corrupt checkpoint {}: {}",
             s.path.display(),
             s.error
         );
@@ -211,8 +213,9 @@ pub(crate) fn find_restore(
                 each.join("\n")
             )));
         }
-        eprintln!(
-            "[weir] no checkpoint in {} can be restored; starting from scratch as configured              (start_fresh_if_unusable):\n{}",
+        tracing::warn!(
+            dir = %storage.dir().display(),
+            "no checkpoint in {} can be restored; starting from scratch as configured              (start_fresh_if_unusable):\n{}",
             storage.dir().display(),
             each.join("\n")
         );

@@ -54,6 +54,11 @@ pub struct JobConfig {
     /// Runs the job as part of a cluster (coordinator or worker); `None` runs it in this
     /// process alone.
     pub cluster: Option<crate::cluster::ClusterConfig>,
+    /// The format of weir's log lines on standard error when the job installs the default
+    /// subscriber (see `weir_runtime::logging`); `None` (the default) follows the
+    /// `WEIR_LOG_FORMAT` environment variable. It has no effect when the program installed
+    /// a subscriber of its own, or when an earlier job of the process installed one.
+    pub log_format: Option<crate::logging::LogFormat>,
 }
 
 /// How and where a job checkpoints, and how it restarts after a failure.
@@ -167,6 +172,7 @@ impl Default for JobConfig {
             secret: None,
             tls: None,
             cluster: None,
+            log_format: None,
         }
     }
 }

@@ -9,7 +9,6 @@
 
 use crate::JobConfig;
 use crate::checkpoints::{self, RestoreMap};
-use crate::failpoint;
 use crate::plan::Plan;
 use crate::task::{self, JobShared, TaskCommand, TaskEvent, TaskSpec, WriterKey};
 use crossbeam_channel::Sender;
@@ -29,6 +28,9 @@ use weir_core::exchange::ExchangeConfig;
 use weir_core::graph::{Graph, NodeKind};
 use weir_core::ids::CheckpointId;
 use weir_core::{Error, Result};
+use writer::{CheckpointMetrics, CheckpointWriter, Written, on_written};
+
+mod writer;
 
 /// Statistics of one finished task.
 #[derive(Debug, Clone)]
@@ -45,201 +47,6 @@ pub struct TaskStats {
 
 /// One task's acknowledgement payload: its operators' snapshots by operator id.
 type Snapshots = BTreeMap<String, OperatorSnapshot>;
-
-/// A checkpoint writer's report: checkpoint `id` is in storage (its path), or writing it
-/// failed.
-struct Written {
-    id: CheckpointId,
-    kind: CheckpointKind,
-    bytes: u64,
-    duration: Duration,
-    alignment: Duration,
-    result: Result<PathBuf>,
-}
-
-/// The job's checkpoint statistics as metrics (`weir::metrics`), labelled with the job.
-struct CheckpointMetrics {
-    completed: weir_core::metrics::Counter,
-    failed: weir_core::metrics::Counter,
-    duration_ms: weir_core::metrics::Gauge,
-    size_bytes: weir_core::metrics::Gauge,
-    alignment_ms: weir_core::metrics::Gauge,
-}
-
-impl CheckpointMetrics {
-    fn new(job: &str) -> Self {
-        use weir_core::metrics::{counter, gauge};
-        let l = [("job", job)];
-        CheckpointMetrics {
-            completed: counter(
-                "checkpoints_completed_total",
-                "Checkpoints and savepoints written completely.",
-                &l,
-            ),
-            failed: counter(
-                "checkpoints_failed_total",
-                "Checkpoints aborted: timed out, declined, a task failed, writing failed, or subsumed.",
-                &l,
-            ),
-            duration_ms: gauge(
-                "checkpoint_last_duration_ms",
-                "From trigger to the last acknowledgement, for the last completed checkpoint.",
-                &l,
-            ),
-            size_bytes: gauge(
-                "checkpoint_last_size_bytes",
-                "Bytes the last completed checkpoint wrote (incremental files count once).",
-                &l,
-            ),
-            alignment_ms: gauge(
-                "checkpoint_last_alignment_ms",
-                "Longest barrier alignment of any task in the last completed checkpoint.",
-                &l,
-            ),
-        }
-    }
-}
-
-/// A checkpoint to write: the tasks' acknowledgements and the coordinator's statistics.
-struct WriteJob {
-    id: CheckpointId,
-    kind: CheckpointKind,
-    /// A savepoint that stops the job: a recovery point of its directory.
-    stops_job: bool,
-    acks: Vec<(TaskKey, Snapshots)>,
-    stats: weir_checkpoint::CheckpointStats,
-}
-
-/// The thread that writes completed checkpoints to storage, one after the other.
-struct CheckpointWriter {
-    jobs: Sender<WriteJob>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-impl CheckpointWriter {
-    fn start(
-        storage: CheckpointStorage,
-        job_name: &str,
-        names: checkpoints::OperatorNames,
-        max_parallelism: usize,
-        done: Sender<Written>,
-    ) -> Result<Self> {
-        let (jobs, rx) = crossbeam_channel::unbounded::<WriteJob>();
-        let job_name = job_name.to_string();
-        let thread = std::thread::Builder::new()
-            .name("weir-checkpoint-writer".into())
-            .spawn(move || {
-                for WriteJob {
-                    id,
-                    kind,
-                    stops_job,
-                    acks,
-                    stats,
-                } in rx
-                {
-                    failpoint::hit("checkpoint.before_metadata");
-                    // A panic while writing must still end the checkpoint (as failed), or
-                    // the coordinator would wait for it forever.
-                    let result = catch_unwind(AssertUnwindSafe(|| {
-                        checkpoints::write_checkpoint(
-                            &storage,
-                            &job_name,
-                            &names,
-                            max_parallelism,
-                            id,
-                            kind,
-                            stops_job,
-                            acks,
-                            &stats,
-                        )
-                    }))
-                    .unwrap_or_else(|p| Err(Error::from_panic(p)));
-                    if result.is_ok() {
-                        failpoint::hit("checkpoint.after_metadata");
-                    }
-                    let _ = done.send(Written {
-                        id,
-                        kind,
-                        bytes: stats.bytes,
-                        duration: stats.duration,
-                        alignment: stats.max_alignment,
-                        result,
-                    });
-                }
-            })
-            .map_err(|e| {
-                Error::Config(format!("cannot start the checkpoint writer thread: {e}"))
-            })?;
-        Ok(CheckpointWriter { jobs, thread })
-    }
-
-    /// Queues checkpoint `id` for writing; its [`Written`] report follows.
-    fn write(
-        &self,
-        id: CheckpointId,
-        kind: CheckpointKind,
-        stops_job: bool,
-        acks: Vec<(TaskKey, Snapshots)>,
-        stats: weir_checkpoint::CheckpointStats,
-    ) -> std::result::Result<(), String> {
-        self.jobs
-            .send(WriteJob {
-                id,
-                kind,
-                stops_job,
-                acks,
-                stats,
-            })
-            .map_err(|_| "the checkpoint writer thread has stopped".to_string())
-    }
-
-    /// Writes what is queued, then ends the thread.
-    fn finish(self) {
-        drop(self.jobs);
-        let _ = self.thread.join();
-    }
-}
-
-/// Tells the coordinator how writing a checkpoint ended; returns its next actions.
-fn on_written(
-    name: &str,
-    w: Written,
-    c: &mut Coordinator<Snapshots>,
-    savepoints: &mut Vec<PathBuf>,
-    m: &CheckpointMetrics,
-    status: &crate::status::JobStatus,
-) -> Vec<Action<Snapshots>> {
-    let Written {
-        id,
-        kind,
-        bytes,
-        duration,
-        alignment,
-        result,
-    } = w;
-    match result {
-        Ok(path) => {
-            status.checkpoint_completed(id, &path);
-            m.completed.inc();
-            m.duration_ms.set(duration.as_millis() as i64);
-            m.size_bytes.set(bytes as i64);
-            m.alignment_ms.set(alignment.as_millis() as i64);
-            tracing::info!(checkpoint = %id, bytes, duration_ms = duration.as_millis() as u64, path = %path.display(), "checkpoint complete");
-            if kind == CheckpointKind::Savepoint {
-                eprintln!(
-                    "[weir] job '{name}': savepoint {id} written to {}",
-                    path.display()
-                );
-                savepoints.push(path);
-            }
-            c.completed(Instant::now(), id)
-        }
-        Err(e) => {
-            tracing::warn!(checkpoint = %id, error = %e, "writing the checkpoint failed");
-            c.completion_failed(Instant::now(), id, e.to_string())
-        }
-    }
-}
 
 /// What a finished job reports.
 #[derive(Debug, Clone)]
@@ -339,6 +146,7 @@ pub fn execute(name: &str, graph: Graph, cfg: JobConfig) -> Result<JobResult> {
 /// Starts `graph` in the background.
 pub fn start(name: &str, graph: Graph, cfg: JobConfig) -> Result<JobHandle> {
     cfg.validate()?;
+    crate::logging::init_with(cfg.log_format)?;
     let plan = Plan::new(&graph, &cfg)?;
     let web = cfg
         .web_address
@@ -373,6 +181,7 @@ pub fn start(name: &str, graph: Graph, cfg: JobConfig) -> Result<JobHandle> {
     let thread = std::thread::Builder::new()
         .name(format!("weir-job-{name}"))
         .spawn(move || {
+            let _span = tracing::info_span!("job", job = %name).entered();
             let status = job.status.clone();
             let r = match job.cfg.cluster.clone() {
                 Some(cluster) => crate::cluster::run(&name, job, &cluster),
@@ -470,6 +279,7 @@ pub(crate) fn run_with(
         .as_ref()
         .and_then(|c| c.restore_from.clone());
     loop {
+        let _attempt = tracing::info_span!("attempt", attempt).entered();
         let mut restore = None;
         let mut first_id = CheckpointId(1);
         if let Some(storage) = &storage {
@@ -491,8 +301,16 @@ pub(crate) fn run_with(
                         manifest.job
                     )));
                 }
-                eprintln!("{}", resume_line(name, &manifest, &path));
-                tracing::info!(checkpoint = %manifest.checkpoint_id, path = %path.display(), "restoring");
+                restore_span(&manifest, &path).in_scope(|| {
+                    tracing::info!(
+                        job = name,
+                        checkpoint = manifest.checkpoint_id.0,
+                        kind = %manifest.kind,
+                        path = %path.display(),
+                        "{}",
+                        resume_line(name, &manifest, &path)
+                    )
+                });
                 restore = Some((manifest, path));
             }
             // Checkpoint ids never repeat within a job's lineage: above everything in this
@@ -551,25 +369,35 @@ pub(crate) fn run_with(
                     return Err(e);
                 };
                 if e.is_deterministic() {
-                    eprintln!(
-                        "[weir] job '{name}' failed: {e}; not restarting, since a restart would fail the same way"
+                    tracing::error!(
+                        job = name,
+                        error = %e,
+                        "job '{name}' failed: {e}; not restarting, since a restart would fail the same way"
                     );
                     return Err(e);
                 }
                 let delay = match restarts.on_failure(Instant::now()) {
                     crate::restart::Decision::GiveUp { reason } => {
-                        eprintln!(
-                            "[weir] job '{name}' failed after {attempt} restart{}: {e}; not restarting: {reason}",
+                        tracing::error!(
+                            job = name,
+                            restarts = attempt,
+                            strategy = %cfg.restart,
+                            error = %e,
+                            %reason,
+                            "job '{name}' failed after {attempt} restart{}: {e}; not restarting: {reason}",
                             if attempt == 1 { "" } else { "s" }
                         );
-                        tracing::error!(restarts = attempt, strategy = %cfg.restart, %reason, "giving up");
                         return Err(e);
                     }
                     crate::restart::Decision::Restart { delay, note } => {
                         job.status.restarting();
                         attempt += 1;
-                        eprintln!(
-                            "[weir] job '{name}' failed: {e}; restarting from the last complete checkpoint \
+                        tracing::warn!(
+                            job = name,
+                            restart = attempt,
+                            delay_ms = delay.as_millis() as u64,
+                            error = %e,
+                            "job '{name}' failed: {e}; restarting from the last complete checkpoint \
                              in {} ms (restart {attempt}; {note})",
                             delay.as_millis()
                         );
@@ -648,6 +476,7 @@ impl Executor for LocalExecutor {
     ) -> Result<Launched> {
         let mut map = RestoreMap::new();
         if let (Some(storage), Some((manifest, path))) = (storage, restore) {
+            let _span = restore_span(manifest, path).entered();
             let local = restore_scratch_dir();
             let r = checkpoints::restore_map(
                 storage,
@@ -705,6 +534,8 @@ pub(crate) fn launch_local(
     drop(events_tx);
     let mut running: Vec<Running> = Vec::new();
     let mut threads = Vec::new();
+    // Each task's events carry the job's and the attempt's spans, and its own.
+    let parent = tracing::Span::current();
     for (spec, commands) in specs {
         let node = &job.graph.nodes[spec.head];
         running.push(Running {
@@ -720,9 +551,16 @@ pub(crate) fn launch_local(
         let cancel = cancel.clone();
         let events = spec.events.clone();
         let index = spec.index;
+        let span = tracing::info_span!(
+            parent: &parent,
+            "task",
+            operator = %node.name,
+            subtask = spec.subtask
+        );
         let t = std::thread::Builder::new()
             .name(format!("weir-{}-{}", node.name, spec.subtask))
             .spawn(move || {
+                let _span = span.entered();
                 let r = catch_unwind(AssertUnwindSafe(|| task::run(&job, spec)));
                 if matches!(r, Ok(Err(ref e)) if !e.is_secondary()) || r.is_err() {
                     cancel.store(true, Ordering::SeqCst);
@@ -809,6 +647,11 @@ fn run_attempt(
     // failures and progress while a large checkpoint uploads; the writer reports back on
     // `written_rx`.
     let (written_tx, written_rx) = crossbeam_channel::unbounded::<Written>();
+    // Each checkpoint's span, from its trigger until it completes or is aborted.
+    let mut spans: HashMap<CheckpointId, tracing::Span> = HashMap::new();
+    let span_of = |spans: &HashMap<CheckpointId, tracing::Span>, id: &CheckpointId| {
+        spans.get(id).cloned().unwrap_or_else(tracing::Span::none)
+    };
     let ck_metrics = CheckpointMetrics::new(name);
     let writer = match storage {
         Some(storage) => Some(CheckpointWriter::start(
@@ -834,6 +677,7 @@ fn run_attempt(
             recv(events_rx) -> m => m.map_err(|_| crossbeam_channel::RecvTimeoutError::Disconnected),
             recv(written_rx) -> w => {
                 if let (Ok(w), Some(c)) = (w, coordinator.as_mut()) {
+                    let _span = span_of(&spans, &w.id).entered();
                     actions.extend(on_written(name, w, c, &mut savepoints, &ck_metrics, &job.status));
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Timeout)
@@ -849,6 +693,7 @@ fn run_attempt(
                 sync,
             }) => {
                 if let Some(c) = coordinator.as_mut() {
+                    let _span = span_of(&spans, &id).entered();
                     let bytes = snapshot.values().map(|s| s.bytes() as u64).sum();
                     let t = &running[task];
                     job.status.checkpoint_acked(
@@ -887,7 +732,7 @@ fn run_attempt(
                         secondary.get_or_insert(e);
                     }
                     Ok(Err(e)) => {
-                        tracing::error!(task = %t.name, subtask = t.subtask, error = %e, "task failed");
+                        tracing::debug!(job = name, operator = %t.name, subtask = t.subtask, error = %e, "job '{name}': a task ended with an error: {e}");
                         job.status.exception(&t.name, t.subtask, &e);
                         cancel.store(true, Ordering::SeqCst);
                         first_error.get_or_insert(e);
@@ -929,8 +774,10 @@ fn run_attempt(
             let mut request = job.savepoint_request.swap(0, Ordering::SeqCst);
             request = request.max(take_request_file(storage.dir()));
             if request > 0 && stop_after.is_none() && !cancel.load(Ordering::SeqCst) {
-                eprintln!(
-                    "[weir] job '{name}': taking a savepoint{}",
+                tracing::info!(
+                    job = name,
+                    stop = request == 2,
+                    "job '{name}': taking a savepoint{}",
                     if request == 2 { " and stopping" } else { "" }
                 );
                 let before = c.next_id();
@@ -956,6 +803,11 @@ fn run_attempt(
         while let Some(action) = queue.pop_front() {
             match action {
                 Action::Trigger { id, sources, kind } => {
+                    let span = tracing::info_span!("checkpoint", id = id.0, kind = %kind);
+                    span.in_scope(|| {
+                        tracing::debug!(job = name, "job '{name}': {} {id} triggered", noun(kind))
+                    });
+                    spans.insert(id, span);
                     job.status.checkpoint_triggered(id, kind);
                     let is_final = kind == CheckpointKind::Final;
                     for k in sources {
@@ -970,15 +822,18 @@ fn run_attempt(
                     acks,
                     stats,
                 } => {
+                    let span = span_of(&spans, &id);
+                    let _span = span.clone().entered();
                     job.status.checkpoint_acknowledged(id, &stats);
                     let writer = writer.as_ref().expect("checkpointing has a writer");
                     let stops_job =
                         kind == CheckpointKind::Savepoint && stop_after.is_some_and(|s| id >= s);
-                    if let Err(e) = writer.write(id, kind, stops_job, acks, stats) {
+                    if let Err(e) = writer.write(id, kind, stops_job, acks, stats, span) {
                         queue.extend(c.completion_failed(Instant::now(), id, e));
                     }
                 }
                 Action::Notify { id, kind } => {
+                    let _span = spans.remove(&id).map(tracing::Span::entered);
                     // Sinks commit on this notification: only while this run owns the
                     // directories.
                     if let Err(e) = crate::owner::verify(storage) {
@@ -1013,13 +868,16 @@ fn run_attempt(
                     }
                 }
                 Action::Abort { id, reason, kind } => {
-                    tracing::info!(checkpoint = %id, %reason, "checkpoint aborted");
+                    let _span = spans.remove(&id).map(tracing::Span::entered);
+                    tracing::info!(job = name, checkpoint = id.0, %reason, "job '{name}': {} {id} aborted: {reason}", noun(kind));
                     job.status.checkpoint_failed(id, reason.to_string());
                     ck_metrics.failed.inc();
                     if kind == CheckpointKind::Final && !cancel.load(Ordering::SeqCst) {
                         // The job cannot end without its final checkpoint: try again.
-                        eprintln!(
-                            "[weir] job '{name}': final checkpoint {id} aborted ({reason}); retrying"
+                        tracing::warn!(
+                            job = name,
+                            checkpoint = id.0,
+                            "job '{name}': final checkpoint {id} aborted ({reason}); retrying"
                         );
                         queue.extend(c.trigger_now(Instant::now(), CheckpointKind::Final));
                     }
@@ -1109,8 +967,11 @@ fn print_progress(name: &str, running: &[Running], started: Instant) {
         .map(|t| t.progress.load(Ordering::Relaxed))
         .sum();
     let secs = started.elapsed().as_secs_f64();
-    eprintln!(
-        "[weir] job '{name}': {read} records read, {processed} records received by downstream tasks, {secs:.1}s ({:.0} records/s)",
+    tracing::info!(
+        job = name,
+        records_read = read,
+        records_received = processed,
+        "job '{name}': {read} records read, {processed} records received by downstream tasks, {secs:.1}s ({:.0} records/s)",
         read as f64 / secs.max(1e-9)
     );
 }
@@ -1232,18 +1093,39 @@ fn task_specs(
     Ok(out)
 }
 
+/// How log lines name a checkpoint of `kind`: "checkpoint", "final checkpoint", "savepoint".
+pub(crate) fn noun(kind: CheckpointKind) -> &'static str {
+    match kind {
+        CheckpointKind::Checkpoint => "checkpoint",
+        CheckpointKind::Final => "final checkpoint",
+        CheckpointKind::Savepoint => "savepoint",
+    }
+}
+
+/// The span of a restore: events about restoring `manifest` carry its id and path.
+pub(crate) fn restore_span(
+    manifest: &weir_checkpoint::Manifest,
+    path: &std::path::Path,
+) -> tracing::Span {
+    tracing::info_span!(
+        "restore",
+        checkpoint = manifest.checkpoint_id.0,
+        path = %path.display()
+    )
+}
+
 /// The line a run prints when it resumes: which checkpoint or savepoint, and, for the final
 /// checkpoint of a bounded job, that the job had already finished.
 fn resume_line(name: &str, manifest: &weir_checkpoint::Manifest, path: &std::path::Path) -> String {
     if manifest.kind == weir_checkpoint::CheckpointKind::Final {
         format!(
-            "[weir] job '{name}' had already finished: resuming after its end (final checkpoint {}, {}); sources that had reached their end read nothing more. To process the input again, give the job a new checkpoint directory.",
+            "job '{name}' had already finished: resuming after its end (final checkpoint {}, {}); sources that had reached their end read nothing more. To process the input again, give the job a new checkpoint directory.",
             manifest.checkpoint_id,
             path.display()
         )
     } else {
         format!(
-            "[weir] job '{name}': resuming from {} {} ({})",
+            "job '{name}': resuming from {} {} ({})",
             manifest.kind,
             manifest.checkpoint_id,
             path.display()

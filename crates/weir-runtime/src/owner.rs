@@ -39,7 +39,7 @@ pub(crate) fn claim(
         .as_ref()
         .map_or(weir_checkpoint::DEFAULT_LEASE, |c| c.lease);
     let ownership = Ownership::acquire(name, claims, lease, &mut |msg| {
-        eprintln!("[weir] job '{name}': {msg}");
+        tracing::info!(job = name, "job '{name}': {msg}");
     })
     .map_err(|e| Error::Config(e.to_string()))?;
     let storage = storage.map(|s| s.owned_by(ownership.clone()));

@@ -91,14 +91,14 @@ impl WebServer {
                 .map_err(|e| Error::io(format!("web address {address}"), e))?
         };
         if !bound.ip().is_loopback() && job.cfg.tls.is_none() {
-            eprintln!(
-                "[weir] warning: the REST API on {bound} is plain HTTP on a non-loopback \
+            tracing::warn!(
+                "the REST API on {bound} is plain HTTP on a non-loopback \
                  address: give the job TLS settings (--tls-dir) to encrypt it"
             );
         }
         if !bound.ip().is_loopback() && job.cfg.secret.is_none() {
-            eprintln!(
-                "[weir] warning: the REST API on {bound} takes savepoints, stops and cancels \
+            tracing::warn!(
+                "the REST API on {bound} takes savepoints, stops and cancels \
                  the job for anyone who reaches it; give the job a secret (--secret-file) or \
                  bind it to 127.0.0.1"
             );

@@ -24,6 +24,7 @@ pub use weir_core::{
     Error, Result, codec, data, dlq, dsl, error, exchange, graph, ids, metrics, ops, output, retry,
     state, time, timer, watermark, window,
 };
+pub use weir_runtime::logging;
 pub use weir_runtime::{
     CheckpointConfig, ExponentialDelay, FailureRate, FixedDelay, JobConfig, JobHandle, JobResult,
     RestartStrategy, SAVEPOINT_REQUEST_FILE, Secret, TaskStats, Tls,
@@ -209,6 +210,22 @@ impl Env {
     /// ```
     pub fn tls(mut self, tls: weir_runtime::Tls) -> Self {
         self.config.tls = Some(tls);
+        self
+    }
+
+    /// The format of weir's log lines on standard error (see [`logging`]): human lines, or
+    /// one JSON object per line for log collectors. Without it, the `WEIR_LOG_FORMAT`
+    /// environment variable decides (`human` or `json`). It applies when the job installs
+    /// the default subscriber: not when the program installed its own, or an earlier job
+    /// of the process installed one.
+    ///
+    /// ```
+    /// use weir::logging::LogFormat;
+    /// let env = weir::Env::new().log_format(LogFormat::Json);
+    /// assert_eq!(env.config().log_format, Some(LogFormat::Json));
+    /// ```
+    pub fn log_format(mut self, format: logging::LogFormat) -> Self {
+        self.config.log_format = Some(format);
         self
     }
 

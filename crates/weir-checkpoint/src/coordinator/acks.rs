@@ -141,7 +141,8 @@ impl<T> Coordinator<T> {
         for old in older {
             self.abort(now, old, AbortReason::Subsumed { by: id }, &mut actions);
         }
-        tracing::info!(checkpoint = %id, kind = %p.kind, duration = ?since(now, p.triggered_at), "checkpoint complete");
+        // The runtime reports it once written, naming the job.
+        tracing::debug!(checkpoint = %id, kind = %p.kind, duration = ?since(now, p.triggered_at), "checkpoint complete");
         actions.push(Action::Notify { id, kind: p.kind });
         self.drain_queue(now, &mut actions);
         actions

@@ -291,7 +291,8 @@ impl<T> Coordinator<T> {
     ) {
         if let Some(p) = self.pending.remove(&id) {
             self.last_end = Some(now);
-            tracing::info!(checkpoint = %id, kind = %p.kind, %reason, "checkpoint aborted");
+            // The runtime reports it, naming the job.
+            tracing::debug!(checkpoint = %id, kind = %p.kind, %reason, "checkpoint aborted");
             actions.push(Action::Abort {
                 id,
                 kind: p.kind,

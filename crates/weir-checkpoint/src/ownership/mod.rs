@@ -245,7 +245,7 @@ impl Ownership {
                 })?
         };
         *lock(&guard.renewer) = Some(renewer);
-        tracing::info!(token = %guard.shared.token, dirs = guard.shared.dirs.len(), "directories owned");
+        tracing::debug!(token = %guard.shared.token, dirs = guard.shared.dirs.len(), "directories owned");
         Ok(Ownership {
             guard: Arc::new(guard),
         })

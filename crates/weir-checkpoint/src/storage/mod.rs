@@ -305,7 +305,8 @@ impl CheckpointStorage {
                     });
                 }
                 Err(error) if error.is_unusable_checkpoint() => {
-                    tracing::warn!(checkpoint = %info.id, %error, "skipping corrupt checkpoint");
+                    // The caller reports it (LatestComplete::skipped), with what it does instead.
+                    tracing::debug!(checkpoint = info.id.0, %error, "skipping corrupt checkpoint");
                     skipped.push(SkippedCheckpoint {
                         path: info.path,
                         error,

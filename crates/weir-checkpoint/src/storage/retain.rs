@@ -143,7 +143,7 @@ impl CheckpointStorage {
             }
         }
         drop(books);
-        tracing::info!(
+        tracing::debug!(
             deleted = report.deleted.len(),
             deleted_shared = report.deleted_shared.len(),
             "retention done"

@@ -344,7 +344,7 @@ impl CheckpointWriter {
         state.finished = true;
         drop(state);
         inner.registry.unregister(inner.token);
-        tracing::info!(path = %inner.dir.display(), files = manifest.files().count(), "checkpoint written");
+        tracing::debug!(path = %inner.dir.display(), files = manifest.files().count(), "checkpoint written");
         Ok(inner.dir.clone())
     }
 

@@ -128,7 +128,7 @@ impl<K: Key, T: Data> KeyedProcessFunction<K, T, Deduped<T>> for DedupFn<K, T> {
             }
             Some((h, _)) if h == hash => {
                 self.metrics.suppressed.inc();
-                tracing::info!(key = ?ctx.key(), "duplicate suppressed by dedup_by");
+                tracing::debug!(key = ?ctx.key(), "duplicate suppressed by dedup_by");
             }
             Some((_, first_seen_ms)) => {
                 self.metrics.conflicts.inc();

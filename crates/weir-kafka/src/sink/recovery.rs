@@ -124,8 +124,12 @@ impl<T: 'static> KafkaSinkFunction<T> {
                 _ => Vec::new(),
             };
             if !matches!(inc, Incarnation::Intact | Incarnation::Unrecorded) {
-                eprintln!(
-                    "[weir] kafka sink '{}': subtask {}: the commit markers the checkpoint \
+                tracing::warn!(
+                    sink = %self.cfg.prefix,
+                    subtask = self.subtask,
+                    topic = %topic,
+                    partition = p,
+                    "kafka sink '{}': subtask {}: the commit markers the checkpoint \
                      recorded in {topic}/{p} are {} (the partition spans offsets {low}..{high})",
                     self.cfg.prefix,
                     self.subtask,
@@ -149,8 +153,12 @@ impl<T: 'static> KafkaSinkFunction<T> {
             .decide(&scanned, self.cfg.accept_newer)
             .map_err(|e| KafkaError::RecoveryRefused(e.to_string()))?;
         for n in &decision.accepted_newer {
-            eprintln!(
-                "[weir] kafka sink '{}': subtask {} already committed output of checkpoint {} \
+            tracing::warn!(
+                sink = %self.cfg.prefix,
+                subtask = n.subtask,
+                epoch = n.epoch,
+                checkpoint = n.checkpoint,
+                "kafka sink '{}': subtask {} already committed output of checkpoint {} \
                  that restored checkpoint {} does not cover; accepted by configuration: that \
                  output will be written again (at-least-once restore)",
                 self.cfg.prefix, n.subtask, n.epoch, n.checkpoint
@@ -174,8 +182,12 @@ impl<T: 'static> KafkaSinkFunction<T> {
                 replayed.push(self.replay(w, e, lineage_token, *why)?);
             }
             if !committed.is_empty() || !replay.is_empty() {
-                eprintln!(
-                    "[weir] kafka sink '{}': subtask {} restored from checkpoint {}; epochs of \
+                tracing::info!(
+                    sink = %self.cfg.prefix,
+                    subtask = self.subtask,
+                    checkpoint = restore.checkpoint,
+                    writer = w.subtask,
+                    "kafka sink '{}': subtask {} restored from checkpoint {}; epochs of \
                      subtask {} committed before: {committed:?}; re-produced: {:?}{}",
                     self.cfg.prefix,
                     self.subtask,
@@ -452,8 +464,12 @@ impl<T: 'static> KafkaSinkFunction<T> {
         producer
             .commit_transaction(KAFKA_TIMEOUT)
             .map_err(|er| KafkaError::Broker(format!("committing the re-produced epoch: {er}")))?;
-        eprintln!(
-            "[weir] kafka sink '{}': re-produced {} records of checkpoint {} (subtask {writer}), \
+        tracing::info!(
+            sink = %w.identity.prefix,
+            writer,
+            epoch = e.epoch,
+            records = e.records,
+            "kafka sink '{}': re-produced {} records of checkpoint {} (subtask {writer}), \
              which was pre-committed but not committed before the failure",
             w.identity.prefix, e.records, e.epoch
         );

@@ -95,19 +95,22 @@ pub(crate) fn run(
     let address = listener
         .local_addr()
         .map_err(|e| Error::io("the coordinator's listening socket", e))?;
-    eprintln!(
-        "[weir] job '{name}': coordinator listening on {address}, waiting for {workers} worker(s)"
+    tracing::info!(
+        job = name,
+        address = %address,
+        workers,
+        "job '{name}': coordinator listening on {address}, waiting for {workers} worker(s)"
     );
     if !address.ip().is_loopback() {
         if job.cfg.tls.is_none() {
-            eprintln!(
-                "[weir] warning: the cluster's connections are plain text on {address}: give \
+            tracing::warn!(
+                "the cluster's connections are plain text on {address}: give \
                  every process TLS settings (--tls-dir) to encrypt them"
             );
         }
         if job.cfg.secret.is_none() {
-            eprintln!(
-                "[weir] warning: anyone who reaches {address} can join this job as a worker: \
+            tracing::warn!(
+                "anyone who reaches {address} can join this job as a worker: \
                  give every process the job's secret (--secret-file)"
             );
         }
@@ -236,8 +239,11 @@ impl ClusterExecutor {
             }
             if said != Some((count, slots)) {
                 said = Some((count, slots));
-                eprintln!(
-                    "[weir] job '{}': {count} worker(s) with {slots} slot(s) joined; waiting for {} worker(s) and {needed} slot(s)",
+                tracing::info!(
+                    job = %self.shared.name,
+                    workers = count,
+                    slots,
+                    "job '{}': {count} worker(s) with {slots} slot(s) joined; waiting for {} worker(s) and {needed} slot(s)",
                     self.shared.name,
                     if self.first { self.expected } else { 1 }
                 );
@@ -365,8 +371,10 @@ impl Executor for ClusterExecutor {
                 format!("worker {w}: {n} task(s)")
             })
             .collect();
-        eprintln!(
-            "[weir] job '{}': attempt {attempt} deployed ({})",
+        tracing::info!(
+            job = %self.shared.name,
+            cluster_attempt = attempt,
+            "job '{}': attempt {attempt} deployed ({})",
             self.shared.name,
             placement.join(", ")
         );
@@ -430,7 +438,7 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
         match super::transport::server(stream, shared.job.cfg.tls.as_ref(), "coordinator").await {
             Ok(halves) => halves,
             Err(reason) => {
-                eprintln!("[weir] refused a connection from {peer}: {reason}");
+                tracing::warn!(%peer, %reason, "refused a connection from {peer}: {reason}");
                 return;
             }
         };
@@ -448,7 +456,7 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
             }
         }
         Err(reason) => {
-            eprintln!("[weir] refused a connection from {peer}: {reason}");
+            tracing::warn!(%peer, %reason, "refused a connection from {peer}: {reason}");
             return;
         }
     };
@@ -499,7 +507,7 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
             "the worker built a different job graph than the coordinator (fingerprint {fingerprint:016x}, expected {:016x}): start workers from the same program and version as the coordinator",
             shared.fingerprint
         );
-        eprintln!("[weir] refused a worker from {peer}: {reason}");
+        tracing::warn!(job = %shared.name, %peer, %reason, "refused a worker from {peer}: {reason}");
         refuse(&mut w, reason).await;
         return;
     }
@@ -524,7 +532,13 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
         id
     };
     let _ = tx.send(wire::encode(&Wire::Accepted { worker: id }));
-    eprintln!("[weir] worker {id} joined from {peer} with {slots} slot(s)");
+    tracing::info!(
+        job = %shared.name,
+        worker = id,
+        %peer,
+        slots,
+        "worker {id} joined from {peer} with {slots} slot(s)"
+    );
     let _ = shared.changed.send(());
     let writer = tokio::spawn(async move {
         let _ = wire::pump(w, &mut rx).await;
@@ -716,8 +730,14 @@ fn stage(
         let message = format!(
             "staging the checkpoint {checkpoint} files of node {head} subtask {subtask} from worker {worker} failed: {reason}"
         );
-        eprintln!(
-            "[weir] job '{}': {message}; checkpoint {checkpoint} fails, and the worker sends the files again with the next one",
+        tracing::warn!(
+            job = %shared.name,
+            checkpoint,
+            worker,
+            operator_node = head,
+            subtask,
+            %reason,
+            "job '{}': {message}; checkpoint {checkpoint} fails, and the worker sends the files again with the next one",
             shared.name
         );
         let _ = tx.send(wire::encode(&Wire::Resend {
@@ -744,9 +764,14 @@ fn lost(shared: &Shared, id: u32, reason: &str) {
     let ended = matches!(st.phase, "finished" | "failed");
     if !ended {
         shared.workers_lost.inc();
-        eprintln!(
-            "[weir] job '{}': worker {id} ({}) lost: {reason}",
-            shared.name, w.peer
+        tracing::warn!(
+            job = %shared.name,
+            worker = id,
+            peer = %w.peer,
+            reason,
+            "job '{}': worker {id} ({}) lost: {reason}",
+            shared.name,
+            w.peer
         );
     }
     if let Some(route) = st.route.as_mut() {

@@ -378,7 +378,7 @@ async fn serve(
         match super::transport::server(stream, credentials.tls.as_ref(), "data").await {
             Ok(halves) => halves,
             Err(reason) => {
-                eprintln!("[weir] refused a data connection from {peer}: {reason}");
+                tracing::warn!(%peer, %reason, "refused a data connection from {peer}: {reason}");
                 return;
             }
         };
@@ -403,7 +403,7 @@ async fn serve(
                 None => return,
             },
             Err(reason) => {
-                eprintln!("[weir] refused a data connection from {peer}: {reason}");
+                tracing::warn!(%peer, %reason, "refused a data connection from {peer}: {reason}");
                 return;
             }
         };
@@ -414,7 +414,7 @@ async fn serve(
     let _ =
         tokio::time::timeout(Duration::from_secs(30), current.wait_for(|a| *a >= attempt)).await;
     if *current.borrow() != attempt {
-        tracing::info!(
+        tracing::debug!(
             attempt,
             from,
             "refused a data connection of another attempt"

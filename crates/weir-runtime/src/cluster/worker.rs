@@ -125,6 +125,7 @@ pub fn join_with(
     if slots == 0 {
         return Err(Error::Config("a worker needs at least 1 slot".into()));
     }
+    crate::logging::init()?;
     let rt = super::runtime("worker")?;
     let (conn, job, args, heartbeat, timeout) =
         rt.block_on(hello(coordinator, wait, &credentials))?;
@@ -164,8 +165,8 @@ async fn hello(coordinator: &str, wait: Duration, credentials: &Credentials) -> 
         }
     };
     if credentials.tls.is_none() && stream.peer_addr().is_ok_and(|a| !a.ip().is_loopback()) {
-        eprintln!(
-            "[weir] warning: this worker's connections are plain text: give every process \
+        tracing::warn!(
+            "this worker's connections are plain text: give every process \
              TLS settings (--tls-dir) to encrypt them"
         );
     }
@@ -357,8 +358,12 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
                 ))),
             }
         })?;
-        eprintln!(
-            "[weir] worker {me}: joined the coordinator at {coordinator} with {slots} slot(s)"
+        tracing::info!(
+            job = name,
+            worker = me,
+            coordinator = %coordinator,
+            slots,
+            "worker {me}: joined the coordinator at {coordinator} with {slots} slot(s)"
         );
         // The lease: this worker acts on the coordinator's word only until three quarters
         // of the heartbeat timeout after its last answered ping was sent. The coordinator
@@ -516,7 +521,7 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
                         secondary: false,
                     });
                 }
-                eprintln!("[weir] worker {me}: the job is finished");
+                tracing::info!(job = name, worker = me, "worker {me}: the job is finished");
                 let mut tasks: Vec<TaskStats> = stats
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -538,13 +543,20 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
                 // The closed connection told the coordinator at once: it restarts the job
                 // on the other workers, as for any lost worker.
                 rt.shutdown_timeout(Duration::from_secs(1));
-                eprintln!("[weir] worker {me}: cancelled; left the cluster");
+                tracing::info!(
+                    job = name,
+                    worker = me,
+                    "worker {me}: cancelled; left the cluster"
+                );
                 return Err(Error::Cancelled);
             }
             Ended::Lost(reason) => {
                 writer.abort();
-                eprintln!(
-                    "[weir] worker {me}: {reason}; stopped its tasks, reconnecting to {coordinator}"
+                tracing::warn!(
+                    job = name,
+                    worker = me,
+                    %reason,
+                    "worker {me}: {reason}; stopped its tasks, reconnecting to {coordinator}"
                 );
             }
         }
@@ -562,6 +574,8 @@ fn start_attempt(
     stats: &Arc<Mutex<HashMap<(usize, usize), TaskStats>>>,
 ) -> WorkerAttempt {
     let attempt = d.attempt;
+    // The tasks' events carry the worker and the coordinator's attempt number.
+    let _span = tracing::info_span!("attempt", cluster_attempt = attempt, worker = me).entered();
     let local: HashSet<(usize, usize)> = d
         .tasks
         .iter()
@@ -591,7 +605,9 @@ fn start_attempt(
     if let Some(path) = &d.restore {
         let dir = crate::job::restore_scratch_dir();
         restore_dir = Some(dir.clone());
-        match restore(job, path, &dir) {
+        let restored = tracing::info_span!("restore", path = %path.display())
+            .in_scope(|| restore(job, path, &dir));
+        match restored {
             Ok(m) => map = m,
             Err(e) => {
                 fail(&e);
