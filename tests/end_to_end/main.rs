@@ -8,6 +8,7 @@
 mod checkpoint_stats;
 mod cluster;
 mod connect;
+mod dashboard;
 mod dedup;
 mod docs;
 mod errors;

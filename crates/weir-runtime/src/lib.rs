@@ -22,3 +22,4 @@ pub use cluster::{ClusterConfig, ClusterRole, Joined, join};
 pub use config::{CheckpointConfig, JobConfig};
 pub use job::{JobHandle, JobResult, SAVEPOINT_REQUEST_FILE, TaskStats, execute, start};
 pub use restart::{ExponentialDelay, FailureRate, FixedDelay, RestartStrategy};
+pub use web::dashboard;

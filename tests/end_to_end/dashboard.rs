@@ -1,0 +1,472 @@
+//! The web dashboard at `/`, loaded in a real headless Chromium (`weir_tests::browser`):
+//! the graph and checkpoint table of a running job checked against the REST API, a
+//! 30-operator graph, and the page when the API fails. Each test saves a screenshot under
+//! the target directory's `test-artifacts/`. Every wait polls the page with a deadline.
+
+use serde_json::Value;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use weir::prelude::*;
+use weir_tests::browser::{Browser, artifacts_dir};
+use weir_tests::rest::{self, operator};
+use weir_tests::{JOB_DEADLINE, join_within, wait_for};
+
+/// How long the page may take to show what a test waits for (Chromium's start included).
+const PAGE_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Emits `burst` numbers per poll, resting 2 ms in between, until `release` is set: a job
+/// that runs, with steady rates, for as long as the test needs.
+struct Steady {
+    next: i64,
+    burst: i64,
+    release: Arc<AtomicBool>,
+}
+
+impl SourceFunction<i64> for Steady {
+    fn poll(&mut self, out: &mut SourceOutput<'_, i64>) -> Result<SourceStatus> {
+        if self.release.load(Ordering::SeqCst) {
+            return Ok(SourceStatus::Finished);
+        }
+        for _ in 0..self.burst {
+            self.next += 1;
+            out.emit(self.next)?;
+        }
+        Ok(SourceStatus::Idle(2))
+    }
+}
+
+fn steady(env: &Env, burst: i64, release: &Arc<AtomicBool>) -> Stream<i64> {
+    let release = release.clone();
+    env.source("numbers", move |_| Steady {
+        next: 0,
+        burst,
+        release: release.clone(),
+    })
+    .parallelism(1)
+}
+
+/// A JavaScript expression's value as a list of strings.
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a list: {v}"))
+        .iter()
+        .map(|s| {
+            s.as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| s.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn the_dashboard_draws_a_running_jobs_graph_and_checkpoint_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let release = Arc::new(AtomicBool::new(false));
+    let env = Env::new()
+        .parallelism(2)
+        .web_address("127.0.0.1:0")
+        .checkpoints(CheckpointConfig::new(dir.path()).interval(Duration::ZERO));
+    // The store is slower than its input: it is busy and its upstream backpressured, so
+    // the screenshot shows both colours (the test asserts neither: timings vary).
+    steady(&env, 40, &release)
+        .map(|v| v * 2)
+        .name("double")
+        .key_by(|v| v % 8)
+        .reduce(|a, b| a + b)
+        .name("sum")
+        .sink("store", || Store);
+    let handle = env.execute_async("dashboard-e2e").unwrap();
+    let addr = handle.web_address().unwrap();
+    // Three savepoints, ids 1, 2, 3: no periodic checkpoint changes the history after them.
+    for _ in 0..3 {
+        let (status, body) = rest::post(addr, "/v1/savepoints", r#"{"timeout_ms": 20000}"#);
+        assert_eq!(status, 200, "{body}");
+    }
+    let ck = rest::get(addr, "/v1/checkpoints");
+    let ids: Vec<String> = ck["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].to_string())
+        .collect();
+    assert_eq!(ids, ["3", "2", "1"], "{ck:#}");
+
+    let mut page = Browser::open(&format!("http://{addr}/"));
+    page.wait_for(
+        "the graph, the checkpoint table and a minute of throughput samples to start",
+        "document.body.dataset.graphReady === 'true' \
+         && document.body.dataset.checkpointsReady === 'true' \
+         && document.body.dataset.jobState === 'RUNNING' \
+         && document.querySelectorAll('tr.ckpt').length === 3 \
+         && document.querySelector('#throughput-chart polyline').getAttribute('points').split(' ').length >= 4",
+        PAGE_DEADLINE,
+    );
+
+    let ops = rest::get(addr, "/v1/operators");
+    let names = |v: &Value| -> Vec<String> {
+        let mut n: Vec<String> = v["operators"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["name"].as_str().unwrap().to_string())
+            .collect();
+        n.sort();
+        n
+    };
+    let mut boxes =
+        strings(&page.eval("[...document.querySelectorAll('g.op')].map(g => g.dataset.name)"));
+    boxes.sort();
+    assert_eq!(boxes, names(&ops));
+    assert_eq!(boxes, ["double", "numbers", "store", "sum"]);
+    // Each box is the operator's: its id, and its parallelism on its second line.
+    for name in ["numbers", "double", "sum", "store"] {
+        let o = operator(&ops, name);
+        let text = page.eval(&format!(
+            "document.getElementById('op-{}').textContent",
+            o["id"]
+        ));
+        let text = text.as_str().unwrap();
+        assert!(text.starts_with(name), "{text}");
+        assert!(
+            text.contains(&format!("parallelism {}", o["parallelism"])),
+            "{text}"
+        );
+    }
+    let chained = page.eval(&format!(
+        "document.getElementById('op-{}').textContent",
+        operator(&ops, "store")["id"]
+    ));
+    assert!(
+        chained.as_str().unwrap().contains("chained to sum"),
+        "{chained}"
+    );
+    // One arrow per edge, between the same operators, labelled with the partitioning.
+    let edges = strings(&page.eval(
+        "[...document.querySelectorAll('g.edge')].map(e => e.dataset.from + '>' + e.dataset.to + ' ' + e.textContent)",
+    ));
+    let expected: Vec<String> = ops["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let label = if e["chained"] == true {
+                "chained".to_string()
+            } else {
+                e["partitioning"].as_str().unwrap().to_string()
+            };
+            format!("{}>{} {label}", e["from"], e["to"])
+        })
+        .collect();
+    assert_eq!(edges, expected);
+    assert_eq!(edges.len(), 3);
+    // The checkpoint table lists the API's history, newest first, with kind and status.
+    let rows = strings(&page.eval(
+        "[...document.querySelectorAll('tr.ckpt')].map(r => [...r.cells].slice(0, 3).map(c => c.textContent).join(' '))",
+    ));
+    assert_eq!(
+        rows,
+        [
+            "3 savepoint COMPLETED",
+            "2 savepoint COMPLETED",
+            "1 savepoint COMPLETED"
+        ]
+    );
+    assert_eq!(
+        page.eval("document.getElementById('job-state').textContent"),
+        "RUNNING"
+    );
+    assert_eq!(
+        page.eval("document.getElementById('job-name').textContent"),
+        "dashboard-e2e"
+    );
+    assert_eq!(page.eval("document.getElementById('banner').hidden"), true);
+    assert_eq!(page.eval("document.body.dataset.api"), "ok");
+    // The duration chart has one point per completed checkpoint.
+    assert_eq!(
+        page.eval(
+            "document.querySelector('#checkpoint-duration-chart polyline[data-series=duration]').getAttribute('points').split(' ').length"
+        ),
+        3
+    );
+    assert_eq!(
+        page.eval("document.getElementById('lag-empty').textContent"),
+        "No Kafka source in this job reports partitions."
+    );
+    assert_eq!(
+        page.eval("document.getElementById('exceptions-empty').textContent"),
+        "No exceptions."
+    );
+    let shot = artifacts_dir().join("dashboard.png");
+    page.screenshot(&shot);
+    assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
+    println!("dashboard screenshot: {}", shot.display());
+
+    // The page follows the job to its end.
+    release.store(true, Ordering::SeqCst);
+    page.wait_for(
+        "the job's end",
+        "document.body.dataset.jobState === 'FINISHED'",
+        PAGE_DEADLINE,
+    );
+    drop(page);
+    join_within(handle, JOB_DEADLINE).unwrap();
+}
+
+#[test]
+fn a_graph_of_30_operators_draws_every_box_and_fits_on_request() {
+    let release = Arc::new(AtomicBool::new(false));
+    let env = Env::new().parallelism(2).web_address("127.0.0.1:0");
+    let source = steady(&env, 5, &release);
+    let mut expected = vec!["numbers".to_string()];
+    for (branch, steps) in [("a", 14), ("b", 13)] {
+        let mut s = source.clone();
+        for i in 1..=steps {
+            let name = format!("{branch}-step-{i:02}");
+            s = s.map(move |v| v + i).name(&name);
+            if i % 4 == 0 {
+                s = s.rebalance();
+            }
+            expected.push(name);
+        }
+        let sink = format!("{branch}-sink");
+        s.sink(&sink, || DiscardSink);
+        expected.push(sink);
+    }
+    assert_eq!(expected.len(), 30);
+    expected.sort();
+    let handle = env.execute_async("dashboard-30").unwrap();
+    let addr = handle.web_address().unwrap();
+    let ops = rest::get(addr, "/v1/operators");
+    assert_eq!(ops["operators"].as_array().unwrap().len(), 30);
+
+    let mut page = Browser::open(&format!("http://{addr}/"));
+    page.wait_for(
+        "30 boxes",
+        "document.querySelectorAll('g.op').length === 30",
+        PAGE_DEADLINE,
+    );
+    let mut boxes =
+        strings(&page.eval("[...document.querySelectorAll('g.op')].map(g => g.dataset.name)"));
+    boxes.sort();
+    assert_eq!(boxes, expected);
+    assert_eq!(
+        page.eval("document.querySelectorAll('g.edge').length"),
+        ops["edges"].as_array().unwrap().len()
+    );
+    // No two boxes overlap.
+    let overlapping = page.eval(
+        "(() => { const r = [...document.querySelectorAll('g.op rect')].map(e => e.getBBox()); \
+           return r.some((a, i) => r.some((b, j) => i < j && a.x < b.x + b.width && b.x < a.x + a.width \
+             && a.y < b.y + b.height && b.y < a.y + a.height)); })()",
+    );
+    assert_eq!(overlapping, false);
+    // Wider than the screen: it scrolls; "Fit" brings all of it into view.
+    let scroll = "document.getElementById('graph-scroll')";
+    assert_eq!(
+        page.eval(&format!("{scroll}.scrollWidth > {scroll}.clientWidth")),
+        true
+    );
+    page.eval("document.getElementById('zoom-fit').click()");
+    page.wait_for(
+        "the graph to fit",
+        &format!("{scroll}.scrollWidth <= {scroll}.clientWidth"),
+        PAGE_DEADLINE,
+    );
+    page.screenshot(&artifacts_dir().join("dashboard-30-operators.png"));
+    drop(page);
+    release.store(true, Ordering::SeqCst);
+    join_within(handle, JOB_DEADLINE).unwrap();
+}
+
+/// A sink that takes about 100 µs per record, like a write to a nearby database.
+struct Store;
+
+impl SinkFunction<i64> for Store {
+    fn invoke(&mut self, _: i64, _: Timestamp) -> Result<()> {
+        std::thread::sleep(Duration::from_micros(100));
+        Ok(())
+    }
+}
+
+/// Sinks nothing.
+struct DiscardSink;
+
+impl SinkFunction<i64> for DiscardSink {
+    fn invoke(&mut self, _: i64, _: Timestamp) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// How the stand-in API answers: 0 = HTTP 500, 1 = a small healthy job, 2 = closes the
+/// connection without an answer.
+mod stand_in {
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::{SocketAddr, TcpListener};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    pub const FAIL: u8 = 0;
+    pub const OK: u8 = 1;
+    pub const DROP: u8 = 2;
+
+    /// Serves the dashboard's own files (from weir-runtime) and answers `/v1/*` as `mode`
+    /// says; one request per connection.
+    pub fn serve(mode: Arc<AtomicU8>) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mode = mode.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut request = String::new();
+                    if reader.read_line(&mut request).is_err() {
+                        return;
+                    }
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                        line.clear();
+                    }
+                    let path = request.split_whitespace().nth(1).unwrap_or("/").to_string();
+                    let (status, kind, body) = answer(&path, mode.load(Ordering::SeqCst));
+                    if status.is_empty() {
+                        return; // DROP: close without a word
+                    }
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\
+                         Connection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                });
+            }
+        });
+        addr
+    }
+
+    fn answer(path: &str, mode: u8) -> (&'static str, &'static str, String) {
+        if let Some(a) = weir_runtime::dashboard::asset(path) {
+            return ("200 OK", a.content_type, a.body.to_string());
+        }
+        let json = "application/json";
+        match mode {
+            FAIL => (
+                "500 Internal Server Error",
+                json,
+                r#"{"status": 500, "error": "injected failure"}"#.into(),
+            ),
+            DROP => ("", json, String::new()),
+            _ => {
+                let body = match path {
+                    "/v1/job" => serde_json::json!({
+                        "name": "stand-in", "state": "RUNNING", "start_time_ms": 1,
+                        "end_time_ms": null, "uptime_ms": 61000, "attempt": 1, "restarts": 0,
+                        "parallelism": 1, "tasks": 1, "checkpointing": false,
+                        "stopped_with_savepoint": false, "failure": null, "cluster": null,
+                    }),
+                    "/v1/operators" => {
+                        serde_json::json!({ "attempt": 1, "operators": [], "edges": [] })
+                    }
+                    "/v1/checkpoints" => serde_json::json!({
+                        "enabled": false, "config": null, "latest_completed": null, "history": [],
+                        "counts": { "completed": 0, "failed": 0, "in_progress": 0 },
+                    }),
+                    "/v1/exceptions" => serde_json::json!({ "exceptions": [] }),
+                    _ => return ("404 Not Found", json, "{}".into()),
+                };
+                ("200 OK", json, body.to_string())
+            }
+        }
+    }
+}
+
+#[test]
+fn the_dashboard_says_when_the_api_fails_and_recovers_when_it_answers_again() {
+    use std::sync::atomic::AtomicU8;
+    let mode = Arc::new(AtomicU8::new(stand_in::FAIL));
+    let addr = stand_in::serve(mode.clone());
+    let mut page = Browser::open(&format!("http://{addr}/"));
+    page.wait_for(
+        "the error banner",
+        "document.body.dataset.api === 'error'",
+        PAGE_DEADLINE,
+    );
+    let banner = page.eval("document.getElementById('banner').textContent");
+    let banner = banner.as_str().unwrap();
+    assert!(
+        banner.starts_with("Cannot reach the job's API: /v1/"),
+        "{banner}"
+    );
+    assert!(
+        banner.contains("answered HTTP 500 Internal Server Error: injected failure"),
+        "{banner}"
+    );
+    assert!(banner.contains("nothing has been received yet"), "{banner}");
+    assert_eq!(page.eval("document.getElementById('banner').hidden"), false);
+    // Not a blank page: the sections are there, waiting.
+    let text = page.eval("document.body.innerText");
+    for expected in [
+        "Job graph",
+        "Checkpoint history",
+        "Waiting for the job's graph",
+    ] {
+        assert!(text.as_str().unwrap().contains(expected), "{text}");
+    }
+    page.screenshot(&artifacts_dir().join("dashboard-api-error.png"));
+
+    // It answers: the banner goes, the job shows.
+    mode.store(stand_in::OK, Ordering::SeqCst);
+    page.wait_for(
+        "the banner to go",
+        "document.body.dataset.api === 'ok' && document.getElementById('banner').hidden",
+        PAGE_DEADLINE,
+    );
+    assert_eq!(
+        page.eval("document.getElementById('job-name').textContent"),
+        "stand-in"
+    );
+    assert_eq!(page.eval("document.body.dataset.jobState"), "RUNNING");
+
+    // It goes silent: the banner says so and keeps the last figures' time.
+    mode.store(stand_in::DROP, Ordering::SeqCst);
+    page.wait_for(
+        "the banner of a silent API",
+        "document.body.dataset.api === 'error'",
+        PAGE_DEADLINE,
+    );
+    let banner = page.eval("document.getElementById('banner').textContent");
+    let banner = banner.as_str().unwrap();
+    assert!(
+        banner.contains("did not answer") && banner.contains("the figures below are from"),
+        "{banner}"
+    );
+    assert_eq!(
+        page.eval("document.getElementById('job-name').textContent"),
+        "stand-in"
+    );
+}
+
+/// `GET /` of a running job answers the page as HTML, and every file it names.
+#[test]
+fn the_job_serves_the_dashboard_and_its_files() {
+    let release = Arc::new(AtomicBool::new(false));
+    let env = Env::new().parallelism(1).web_address("127.0.0.1:0");
+    steady(&env, 1, &release).discard();
+    let handle = env.execute_async("dashboard-files").unwrap();
+    let addr = handle.web_address().unwrap();
+    for a in weir_runtime::dashboard::ASSETS {
+        let (status, body) = rest::call(addr, "GET", a.path, "");
+        assert_eq!(status, 200, "{}", a.path);
+        assert_eq!(body, a.body, "{}", a.path);
+    }
+    let (status, body) = rest::call(addr, "GET", "/nothing", "");
+    assert_eq!(status, 404);
+    assert!(body.contains("dashboard at /"), "{body}");
+    wait_for("the job to run", JOB_DEADLINE, || {
+        rest::get(addr, "/v1/job")["state"] == "RUNNING"
+    });
+    release.store(true, Ordering::SeqCst);
+    join_within(handle, JOB_DEADLINE).unwrap();
+}
