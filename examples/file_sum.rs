@@ -373,6 +373,7 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
     let handle = env.execute_async("file_sum").context("file_sum failed")?;
     if let Some(a) = handle.web_address() {
         eprintln!("file_sum: REST API at http://{a}/v1/job");
+        eprintln!("file_sum: dashboard at http://{a}/");
     }
     let result = handle.join().context("file_sum failed")?;
     if worker {

@@ -234,6 +234,7 @@ fn main() -> anyhow::Result<()> {
     let handle = env.execute_async("kafka_sum").context("kafka_sum failed")?;
     if let Some(a) = handle.web_address() {
         eprintln!("kafka_sum: REST API at http://{a}/v1/job");
+        eprintln!("kafka_sum: dashboard at http://{a}/");
     }
     let result = handle.join().context("kafka_sum failed")?;
     if result.stopped_with_savepoint {

@@ -231,6 +231,7 @@ fn main() -> anyhow::Result<()> {
         .context("payments_apply_once failed")?;
     if let Some(a) = handle.web_address() {
         eprintln!("payments_apply_once: REST API at http://{a}/v1/job");
+        eprintln!("payments_apply_once: dashboard at http://{a}/");
     }
     let result = handle.join().context("payments_apply_once failed")?;
     let m = |name: &str| weir::metrics::sum(name, &[("operator", "apply-payments")]);

@@ -362,24 +362,66 @@ mod stand_in {
                 let body = match path {
                     "/v1/job" => serde_json::json!({
                         "name": "stand-in", "state": "RUNNING", "start_time_ms": 1,
-                        "end_time_ms": null, "uptime_ms": 61000, "attempt": 1, "restarts": 0,
-                        "parallelism": 1, "tasks": 1, "checkpointing": false,
-                        "stopped_with_savepoint": false, "failure": null, "cluster": null,
+                        "end_time_ms": null, "uptime_ms": 61000, "attempt": 2, "restarts": 1,
+                        "parallelism": 2, "tasks": 2, "checkpointing": false,
+                        "stopped_with_savepoint": false, "failure": null,
+                        "cluster": {
+                            "role": "coordinator", "address": "10.0.0.1:7000", "phase": "running",
+                            "slots": 2,
+                            "workers": [{ "id": 1, "address": "10.0.0.2:41000",
+                                "data_address": "10.0.0.2:41001", "slots": 2, "tasks": 2 }],
+                        },
                     }),
-                    "/v1/operators" => {
-                        serde_json::json!({ "attempt": 1, "operators": [], "edges": [] })
-                    }
+                    "/v1/operators" => serde_json::json!({
+                        "attempt": 2,
+                        "operators": [
+                            {
+                                "id": 0, "name": "orders", "kind": "source", "parallelism": 2,
+                                "task": 0, "chained": false, "records_in": 0, "records_out": 900,
+                                "records_in_per_second": 0.0, "records_out_per_second": 15.0,
+                                "busy_ratio": 0.2, "backpressured_ratio": 0.0,
+                                "watermark": null, "watermark_lag_ms": null, "subtasks": [],
+                                "bytes_in": null, "bytes_out": 57600, "state_bytes": 2048,
+                                "partitions": [
+                                    { "subtask": 0, "topic": "orders", "partition": 0,
+                                      "position": 123, "high_watermark": 150, "lag": 27 },
+                                    { "subtask": 1, "topic": "orders", "partition": 1,
+                                      "position": 4000, "high_watermark": 4000, "lag": 0 },
+                                ],
+                            },
+                            {
+                                "id": 1, "name": "print<b>!</b>", "kind": "sink", "parallelism": 2,
+                                "task": 1, "chained": false, "records_in": 900, "records_out": 0,
+                                "records_in_per_second": 15.0, "records_out_per_second": 0.0,
+                                "busy_ratio": 0.0, "backpressured_ratio": 0.0,
+                                "watermark": null, "watermark_lag_ms": null, "subtasks": [],
+                            },
+                        ],
+                        "edges": [{ "from": 0, "port": 0, "to": 1, "gate": 0,
+                            "partitioning": "HASH", "chained": false }],
+                    }),
                     "/v1/checkpoints" => serde_json::json!({
                         "enabled": false, "config": null, "latest_completed": null, "history": [],
                         "counts": { "completed": 0, "failed": 0, "in_progress": 0 },
                     }),
-                    "/v1/exceptions" => serde_json::json!({ "exceptions": [] }),
+                    "/v1/exceptions" => serde_json::json!({ "exceptions": [{
+                        "time_ms": 1_700_000_000_000_i64, "attempt": 1, "operator": "print",
+                        "subtask": 1, "message": "operator 'print' (subtask 2/2) failed: disk full",
+                        "root_cause": "disk full",
+                    }]}),
                     _ => return ("404 Not Found", json, "{}".into()),
                 };
                 ("200 OK", json, body.to_string())
             }
         }
     }
+}
+
+/// The cells of the rows `selector` matches, each row's joined by `|`.
+fn cells(page: &mut Browser, selector: &str) -> Vec<String> {
+    strings(&page.eval(&format!(
+        "[...document.querySelectorAll('{selector}')].map(r => [...r.cells].map(c => c.textContent.trim()).join('|'))"
+    )))
 }
 
 #[test]
@@ -428,6 +470,60 @@ fn the_dashboard_says_when_the_api_fails_and_recovers_when_it_answers_again() {
         "stand-in"
     );
     assert_eq!(page.eval("document.body.dataset.jobState"), "RUNNING");
+    // What the API reports beyond a local job's figures: Kafka partitions, bytes, the
+    // cluster's workers, a failure.
+    assert_eq!(
+        cells(&mut page, "#lag-table tbody tr"),
+        [
+            "orders|0|orders|0|123|150|27|",
+            "orders|1|orders|1|4000|4000|0|"
+        ]
+    );
+    assert_eq!(
+        cells(&mut page, "#exceptions-table tbody tr")[0]
+            .split('|')
+            .skip(1)
+            .collect::<Vec<_>>(),
+        [
+            "1",
+            "print #1",
+            "disk fulloperator 'print' (subtask 2/2) failed: disk full"
+        ]
+    );
+    assert_eq!(
+        cells(&mut page, "#cluster table tbody tr"),
+        ["1|10.0.0.2:41000|10.0.0.2:41001|2|2"]
+    );
+    assert_eq!(
+        page.eval("document.getElementById('cluster-section').hidden"),
+        false
+    );
+    let orders = page.eval("document.getElementById('op-0').textContent");
+    assert!(
+        orders
+            .as_str()
+            .unwrap()
+            .contains("Kafka lag 27 · state 2.0 KiB"),
+        "{orders}"
+    );
+    let row = cells(&mut page, "#operators-table tbody tr");
+    assert!(row[0].ends_with("|–|56.3 KiB|2.0 KiB"), "{row:?}");
+    let headers = strings(&page.eval(
+        "[...document.querySelectorAll('#operators-table th')].slice(-3).map(c => c.textContent)",
+    ));
+    assert_eq!(headers, ["checkpointed state", "bytes out", "state"]);
+    assert_eq!(page.eval("document.querySelectorAll('g.edge').length"), 1);
+    // Names are text, never markup.
+    assert_eq!(page.eval("document.querySelector('#op-1 b')"), Value::Null);
+    assert_eq!(
+        page.eval("document.querySelector('#op-1').dataset.name"),
+        "print<b>!</b>"
+    );
+    assert_eq!(
+        page.eval("document.querySelector('#op-1 text.name').textContent"),
+        "print<b>!</b>"
+    );
+    page.screenshot(&artifacts_dir().join("dashboard-kafka-cluster.png"));
 
     // It goes silent: the banner says so and keeps the last figures' time.
     mode.store(stand_in::DROP, Ordering::SeqCst);

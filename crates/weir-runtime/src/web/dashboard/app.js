@@ -180,6 +180,10 @@ function renderCheckpoints(cks) {
       [fmtMs(k.duration_ms), "num"], [fmtMs(k.alignment_ms), "num"], [fmtBytes(k.size_bytes), "num"],
       [(k.acks || []).length, "num"], [k.failure || "", "wrap"]]),
     (i) => ({ class: "ckpt " + history[i].status, "data-id": history[i].id }));
+  if (history.length === 0) {
+    $("checkpoints-table").tBodies[0].append(el("tr", {}, el("td", { colspan: 9, class: "muted", id: "checkpoints-empty" },
+      cks.enabled ? "No checkpoint triggered yet." : "Run the job with checkpoints configured to see them here.")));
+  }
   const done = history.filter((k) => k.status === "COMPLETED" && isNum(k.duration_ms)).reverse();
   lineChart($("checkpoint-duration-chart"), [
     { name: "duration", colour: "#2b6cb0", points: done.map((k) => [k.id, k.duration_ms]) },

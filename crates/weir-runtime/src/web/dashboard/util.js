@@ -73,11 +73,14 @@ function fmtMs(v) {
   return Math.floor(m / 60) + " h " + String(m % 60).padStart(2, "0") + " min";
 }
 
-/** Wall-clock time of a Unix-milliseconds value, local time. */
+/** Wall-clock time of a Unix-milliseconds value, local time; with the date if not today. */
 function fmtTime(ms) {
   if (!isNum(ms)) return "–";
   const d = new Date(ms);
-  return d.toLocaleTimeString([], { hour12: false }) + "." + String(d.getMilliseconds()).padStart(3, "0");
+  const time = d.toLocaleTimeString([], { hour12: false }) + "." + String(d.getMilliseconds()).padStart(3, "0");
+  if (d.toDateString() === new Date().toDateString()) return time;
+  const day = `${d.getFullYear()}-${String(d.getMonth() + 1).padStart(2, "0")}-${String(d.getDate()).padStart(2, "0")}`;
+  return day + " " + time;
 }
 
 /** The largest watermark (end of input) does not survive JSON → double exactly. */
