@@ -12,6 +12,8 @@ use weir_tests::browser::{Browser, artifacts_dir};
 use weir_tests::rest::{self, operator};
 use weir_tests::{JOB_DEADLINE, join_within, wait_for};
 
+mod stand_in;
+
 /// How long the page may take to show what a test waits for (Chromium's start included).
 const PAGE_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -298,125 +300,6 @@ impl SinkFunction<i64> for DiscardSink {
     }
 }
 
-/// How the stand-in API answers: 0 = HTTP 500, 1 = a small healthy job, 2 = closes the
-/// connection without an answer.
-mod stand_in {
-    use std::io::{BufRead, BufReader, Write};
-    use std::net::{SocketAddr, TcpListener};
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicU8, Ordering};
-
-    pub const FAIL: u8 = 0;
-    pub const OK: u8 = 1;
-    pub const DROP: u8 = 2;
-
-    /// Serves the dashboard's own files (from weir-runtime) and answers `/v1/*` as `mode`
-    /// says; one request per connection.
-    pub fn serve(mode: Arc<AtomicU8>) -> SocketAddr {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { continue };
-                let mode = mode.clone();
-                std::thread::spawn(move || {
-                    let mut reader = BufReader::new(stream.try_clone().unwrap());
-                    let mut request = String::new();
-                    if reader.read_line(&mut request).is_err() {
-                        return;
-                    }
-                    let mut line = String::new();
-                    while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
-                        line.clear();
-                    }
-                    let path = request.split_whitespace().nth(1).unwrap_or("/").to_string();
-                    let (status, kind, body) = answer(&path, mode.load(Ordering::SeqCst));
-                    if status.is_empty() {
-                        return; // DROP: close without a word
-                    }
-                    let _ = write!(
-                        stream,
-                        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\
-                         Connection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                });
-            }
-        });
-        addr
-    }
-
-    fn answer(path: &str, mode: u8) -> (&'static str, &'static str, String) {
-        if let Some(a) = weir_runtime::dashboard::asset(path) {
-            return ("200 OK", a.content_type, a.body.to_string());
-        }
-        let json = "application/json";
-        match mode {
-            FAIL => (
-                "500 Internal Server Error",
-                json,
-                r#"{"status": 500, "error": "injected failure"}"#.into(),
-            ),
-            DROP => ("", json, String::new()),
-            _ => {
-                let body = match path {
-                    "/v1/job" => serde_json::json!({
-                        "name": "stand-in", "state": "RUNNING", "start_time_ms": 1,
-                        "end_time_ms": null, "uptime_ms": 61000, "attempt": 2, "restarts": 1,
-                        "parallelism": 2, "tasks": 2, "checkpointing": false,
-                        "stopped_with_savepoint": false, "failure": null,
-                        "cluster": {
-                            "role": "coordinator", "address": "10.0.0.1:7000", "phase": "running",
-                            "slots": 2,
-                            "workers": [{ "id": 1, "address": "10.0.0.2:41000",
-                                "data_address": "10.0.0.2:41001", "slots": 2, "tasks": 2 }],
-                        },
-                    }),
-                    "/v1/operators" => serde_json::json!({
-                        "attempt": 2,
-                        "operators": [
-                            {
-                                "id": 0, "name": "orders", "kind": "source", "parallelism": 2,
-                                "task": 0, "chained": false, "records_in": 0, "records_out": 900,
-                                "records_in_per_second": 0.0, "records_out_per_second": 15.0,
-                                "busy_ratio": 0.2, "backpressured_ratio": 0.0,
-                                "watermark": null, "watermark_lag_ms": null, "subtasks": [],
-                                "bytes_in": null, "bytes_out": 57600, "state_bytes": 2048,
-                                "partitions": [
-                                    { "subtask": 0, "topic": "orders", "partition": 0,
-                                      "position": 123, "high_watermark": 150, "lag": 27 },
-                                    { "subtask": 1, "topic": "orders", "partition": 1,
-                                      "position": 4000, "high_watermark": 4000, "lag": 0 },
-                                ],
-                            },
-                            {
-                                "id": 1, "name": "print<b>!</b>", "kind": "sink", "parallelism": 2,
-                                "task": 1, "chained": false, "records_in": 900, "records_out": 0,
-                                "records_in_per_second": 15.0, "records_out_per_second": 0.0,
-                                "busy_ratio": 0.0, "backpressured_ratio": 0.0,
-                                "watermark": null, "watermark_lag_ms": null, "subtasks": [],
-                            },
-                        ],
-                        "edges": [{ "from": 0, "port": 0, "to": 1, "gate": 0,
-                            "partitioning": "HASH", "chained": false }],
-                    }),
-                    "/v1/checkpoints" => serde_json::json!({
-                        "enabled": false, "config": null, "latest_completed": null, "history": [],
-                        "counts": { "completed": 0, "failed": 0, "in_progress": 0 },
-                    }),
-                    "/v1/exceptions" => serde_json::json!({ "exceptions": [{
-                        "time_ms": 1_700_000_000_000_i64, "attempt": 1, "operator": "print",
-                        "subtask": 1, "message": "operator 'print' (subtask 2/2) failed: disk full",
-                        "root_cause": "disk full",
-                    }]}),
-                    _ => return ("404 Not Found", json, "{}".into()),
-                };
-                ("200 OK", json, body.to_string())
-            }
-        }
-    }
-}
-
 /// The cells of the rows `selector` matches, each row's joined by `|`.
 fn cells(page: &mut Browser, selector: &str) -> Vec<String> {
     strings(&page.eval(&format!(
@@ -565,4 +448,76 @@ fn the_job_serves_the_dashboard_and_its_files() {
     });
     release.store(true, Ordering::SeqCst);
     join_within(handle, JOB_DEADLINE).unwrap();
+}
+
+/// A cluster's coordinator serves the dashboard of the whole job: its graph, the figures
+/// its worker reports, and the worker itself.
+#[test]
+fn a_cluster_coordinator_serves_the_dashboard_of_the_whole_job() {
+    use weir::cluster::{ClusterConfig, join};
+    let address = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let release = Arc::new(AtomicBool::new(false));
+    let build = |env: &Env, release: &Arc<AtomicBool>| {
+        steady(env, 5, release)
+            .key_by(|v| v % 2)
+            .reduce(|a, b| a + b)
+            .name("sum")
+            .discard();
+    };
+    let coordinator = Env::new()
+        .parallelism(2)
+        .web_address("127.0.0.1:0")
+        .checkpoints(CheckpointConfig::new(dir.path()).interval(Duration::from_millis(100)))
+        .cluster(ClusterConfig::coordinator(&address, 1, vec![]));
+    build(&coordinator, &release);
+    let handle = coordinator.execute_async("dashboard-cluster").unwrap();
+    let addr = handle.web_address().unwrap();
+    let worker = {
+        let address = address.clone();
+        let dir = dir.path().to_path_buf();
+        let release = release.clone();
+        std::thread::spawn(move || {
+            let joined = join(&address, 2, Duration::from_secs(30)).expect("join");
+            let env = Env::new()
+                .parallelism(2)
+                .checkpoints(CheckpointConfig::new(&dir).interval(Duration::from_millis(100)))
+                .cluster(ClusterConfig::worker(joined));
+            build(&env, &release);
+            env.execute("dashboard-cluster")
+        })
+    };
+    let mut page = Browser::open(&format!("http://{addr}/"));
+    page.wait_for(
+        "the worker, a checkpoint and the worker's figures",
+        "document.querySelectorAll('#cluster table tbody tr').length === 1 \
+         && document.querySelectorAll('tr.ckpt.COMPLETED').length > 0 \
+         && [...document.querySelectorAll('g.op')].every(g => /in [0-9.]+[kMG]?\\/s/.test(g.textContent))",
+        Duration::from_secs(60),
+    );
+    let mut boxes =
+        strings(&page.eval("[...document.querySelectorAll('g.op')].map(g => g.dataset.name)"));
+    boxes.sort();
+    assert_eq!(boxes, ["discard", "numbers", "sum"]);
+    assert_eq!(page.eval("document.body.dataset.jobState"), "RUNNING");
+    let job = rest::get(addr, "/v1/job");
+    let w = &job["cluster"]["workers"][0];
+    // Text as the page shows it: strings without quotes, numbers as they are.
+    let text = |v: &Value| {
+        v.as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| v.to_string())
+    };
+    let expected = ["id", "address", "data_address", "slots", "tasks"]
+        .map(|k| text(&w[k]))
+        .join("|");
+    assert_eq!(cells(&mut page, "#cluster table tbody tr"), [expected]);
+    drop(page);
+    let (status, body) = rest::post(addr, "/v1/savepoints", r#"{"stop": true}"#);
+    assert_eq!(status, 202, "{body}");
+    join_within(handle, Duration::from_secs(30)).unwrap();
+    worker.join().unwrap().expect("the worker ends cleanly");
 }
