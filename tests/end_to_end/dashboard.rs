@@ -221,7 +221,10 @@ fn a_graph_of_30_operators_draws_every_box_and_fits_on_request() {
     let env = Env::new().parallelism(2).web_address("127.0.0.1:0");
     let source = steady(&env, 5, &release);
     let mut expected = vec!["numbers".to_string()];
-    for (branch, steps) in [("a", 14), ("b", 13)] {
+    // Two branches of maps (chained, with a rebalance every 4th) and a union at the end of
+    // the second that also reads the first branch's second step: an edge across 10 columns.
+    let mut early = None;
+    for (branch, steps) in [("a", 14), ("b", 12)] {
         let mut s = source.clone();
         for i in 1..=steps {
             let name = format!("{branch}-step-{i:02}");
@@ -229,7 +232,14 @@ fn a_graph_of_30_operators_draws_every_box_and_fits_on_request() {
             if i % 4 == 0 {
                 s = s.rebalance();
             }
+            if i == 2 && early.is_none() {
+                early = Some(s.clone());
+            }
             expected.push(name);
+        }
+        if branch == "b" {
+            s = s.union(&[early.clone().unwrap()]);
+            expected.push("union".to_string());
         }
         let sink = format!("{branch}-sink");
         s.sink(&sink, || DiscardSink);
@@ -263,6 +273,20 @@ fn a_graph_of_30_operators_draws_every_box_and_fits_on_request() {
              && a.y < b.y + b.height && b.y < a.y + a.height)); })()",
     );
     assert_eq!(overlapping, false);
+    // No edge crosses a box other than its own two.
+    let crossing = page.eval(
+        "(() => { const boxes = [...document.querySelectorAll('g.op')].map(g => [g.id, g.querySelector('rect').getBBox()]); \
+           const hits = []; \
+           for (const e of document.querySelectorAll('g.edge')) { \
+             const p = e.querySelector('path'), len = p.getTotalLength(); \
+             for (let l = 0; l <= len; l += 4) { const q = p.getPointAtLength(l); \
+               for (const [id, b] of boxes) { \
+                 if (id === 'op-' + e.dataset.from || id === 'op-' + e.dataset.to) continue; \
+                 if (q.x > b.x + 1 && q.x < b.x + b.width - 1 && q.y > b.y + 1 && q.y < b.y + b.height - 1) \
+                   hits.push(e.dataset.from + '>' + e.dataset.to + ' crosses ' + id); } } } \
+           return [...new Set(hits)]; })()",
+    );
+    assert_eq!(crossing, serde_json::json!([]));
     // Wider than the screen: it scrolls; "Fit" brings all of it into view.
     let scroll = "document.getElementById('graph-scroll')";
     assert_eq!(

@@ -7,7 +7,11 @@
 
 const BOX_W = 214, BOX_H = 106, GAP_X = 74, GAP_Y = 26, PAD = 16;
 
-/** Columns and rows of every operator id. */
+/**
+ * Columns and rows of every operator id. An edge that spans several columns passes through
+ * a placeholder in each column it crosses (Sugiyama's dummy nodes: `via[i]` for edge i),
+ * which takes a row like a box, so no edge is drawn across a box.
+ */
 function layout(operators, edges) {
   const col = new Map(operators.map((o) => [o.id, 0]));
   // Longest path: relax until stable (the graph is acyclic; bounded for safety).
@@ -21,18 +25,33 @@ function layout(operators, edges) {
   }
   const columns = [];
   for (const o of operators) (columns[col.get(o.id)] ||= []).push(o.id);
+  const inputs = new Map();
+  const via = edges.map((e, i) => {
+    const chain = [e.from];
+    for (let c = col.get(e.from) + 1; c < col.get(e.to); c++) {
+      const id = `via-${i}-${c}`;
+      col.set(id, c);
+      (columns[c] ||= []).push(id);
+      chain.push(id);
+    }
+    chain.push(e.to);
+    for (let k = 1; k < chain.length; k++) {
+      if (!inputs.has(chain[k])) inputs.set(chain[k], []);
+      inputs.get(chain[k]).push(chain[k - 1]);
+    }
+    return chain.slice(1, -1);
+  });
   const row = new Map();
   columns.forEach((ids, c) => {
     const key = (id) => {
-      if (c === 0) return 0;
-      const ins = edges.filter((e) => e.to === id && row.has(e.from)).map((e) => row.get(e.from));
-      return ins.length ? ins.reduce((a, b) => a + b, 0) / ins.length : 0;
+      const ins = (inputs.get(id) || []).filter((x) => row.has(x)).map((x) => row.get(x));
+      return c === 0 || ins.length === 0 ? 0 : ins.reduce((a, b) => a + b, 0) / ins.length;
     };
     const keyed = ids.map((id, i) => [key(id), i, id]).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
     keyed.forEach(([, , id], r) => row.set(id, r));
   });
   const rows = Math.max(1, ...columns.map((c) => (c ? c.length : 0)));
-  return { col, row, columns: columns.length, rows };
+  return { col, row, columns: columns.length, rows, via };
 }
 
 /** The box's fill and whether its text must be light, from its busiest subtask. */
@@ -91,7 +110,9 @@ function tooltip(op) {
 /** Draws the graph into `svg` (an <svg> element); returns its natural size. */
 function drawGraph(svg, view) {
   const ops = view.operators || [], edges = view.edges || [];
-  const { col, row, columns, rows } = layout(ops, edges);
+  const known = new Set(ops.map((o) => o.id));
+  const shown = edges.filter((e) => known.has(e.from) && known.has(e.to));
+  const { col, row, columns, rows, via } = layout(ops, shown);
   const width = PAD * 2 + columns * BOX_W + (columns - 1) * GAP_X;
   const height = PAD * 2 + rows * BOX_H + (rows - 1) * GAP_Y;
   const pos = (id) => ({ x: PAD + col.get(id) * (BOX_W + GAP_X), y: PAD + row.get(id) * (BOX_H + GAP_Y) });
@@ -100,16 +121,28 @@ function drawGraph(svg, view) {
     id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse",
   }, svgEl("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: "#7b8594" })));
   const inputs = new Map();
-  for (const e of edges) inputs.set(e.to, (inputs.get(e.to) || 0) + 1);
-  const edgeEls = edges.filter((e) => col.has(e.from) && col.has(e.to)).map((e, i) => {
+  for (const e of shown) inputs.set(e.to, (inputs.get(e.to) || 0) + 1);
+  const edgeEls = shown.map((e, i) => {
     const a = pos(e.from), b = pos(e.to);
-    const n = inputs.get(e.to), k = edges.filter((x, j) => x.to === e.to && j < i).length;
-    const x1 = a.x + BOX_W, y1 = a.y + BOX_H / 2;
-    const x2 = b.x, y2 = b.y + (BOX_H * (k + 1)) / (n + 1);
-    const dx = Math.max(30, (x2 - x1) / 2);
+    const n = inputs.get(e.to), k = shown.filter((x, j) => x.to === e.to && j < i).length;
+    // Out of the source's right side, through each placeholder, into the target's left.
+    const pts = [[a.x + BOX_W, a.y + BOX_H / 2]];
+    for (const v of via[i]) {
+      const p = pos(v);
+      pts.push([p.x, p.y + BOX_H / 2], [p.x + BOX_W, p.y + BOX_H / 2]);
+    }
+    pts.push([b.x, b.y + (BOX_H * (k + 1)) / (n + 1)]);
+    let d = `M ${pts[0][0]} ${pts[0][1]}`;
+    for (let j = 0; j + 1 < pts.length; j += 2) {
+      const [x1, y1] = pts[j], [x2, y2] = pts[j + 1];
+      const dx = Math.max(30, (x2 - x1) / 2);
+      d += ` C ${x1 + dx} ${y1}, ${x2 - dx} ${y2}, ${x2} ${y2}`;
+      if (j + 2 < pts.length) d += ` L ${pts[j + 2][0]} ${pts[j + 2][1]}`;
+    }
     const label = e.chained ? "chained" : e.partitioning + (e.port > 0 ? ` (side ${e.port})` : "");
+    const [[x1, y1], [x2, y2]] = pts;
     return svgEl("g", { class: "edge" + (e.chained ? " chained" : ""), "data-from": e.from, "data-to": e.to },
-      svgEl("path", { d: `M ${x1} ${y1} C ${x1 + dx} ${y1}, ${x2 - dx} ${y2}, ${x2} ${y2}`, "marker-end": "url(#arrow)" }),
+      svgEl("path", { d, "marker-end": "url(#arrow)" }),
       svgEl("text", { x: (x1 + x2) / 2, y: (y1 + y2) / 2 - 4, "text-anchor": "middle" }, label));
   });
   const boxes = ops.map((op) => {
