@@ -221,6 +221,32 @@ impl Browser {
         }
     }
 
+    /// Clicks the middle of the first element `selector` matches, with the mouse (scrolled
+    /// into view first), as a person would.
+    ///
+    /// # Panics
+    /// When nothing matches.
+    pub fn click(&mut self, selector: &str) {
+        let selector = serde_json::to_string(selector).expect("a string");
+        let at = self.eval(&format!(
+            "(() => {{ const e = document.querySelector({selector}); if (!e) return null; \
+               e.scrollIntoView({{ block: 'center', inline: 'center' }}); \
+               const r = e.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; }})()"
+        ));
+        let (x, y) = (
+            at[0]
+                .as_f64()
+                .unwrap_or_else(|| panic!("nothing matches {selector} to click")),
+            at[1].as_f64().unwrap_or_default(),
+        );
+        for kind in ["mousePressed", "mouseReleased"] {
+            self.call(
+                "Input.dispatchMouseEvent",
+                json!({ "type": kind, "x": x, "y": y, "button": "left", "clickCount": 1 }),
+            );
+        }
+    }
+
     /// Saves a PNG of the page's viewport to `path`.
     pub fn screenshot(&mut self, path: &Path) {
         let r = self.call("Page.captureScreenshot", json!({ "format": "png" }));

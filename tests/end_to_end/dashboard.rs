@@ -199,6 +199,24 @@ fn the_dashboard_draws_a_running_jobs_graph_and_checkpoint_table() {
         page.eval("document.getElementById('exceptions-empty').textContent"),
         "No exceptions."
     );
+    // A click on a box shows its subtasks.
+    let sum = operator(&ops, "sum");
+    page.click(&format!("#op-{}", sum["id"]));
+    page.wait_for(
+        "the subtasks of sum",
+        "document.querySelectorAll('#subtasks-table tr.subtask').length === 2",
+        PAGE_DEADLINE,
+    );
+    assert_eq!(
+        page.eval("document.getElementById('subtasks-of').textContent"),
+        "of sum (operator, parallelism 2)"
+    );
+    let subtasks: Vec<String> = cells(&mut page, "#subtasks-table tr.subtask")
+        .iter()
+        .map(|r| r.split('|').take(2).collect::<Vec<_>>().join("|"))
+        .collect();
+    assert_eq!(subtasks, ["0|yes", "1|yes"]);
+    page.eval("window.scrollTo(0, 0)");
     let shot = artifacts_dir().join("dashboard.png");
     page.screenshot(&shot);
     assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);

@@ -9,7 +9,7 @@
 const REFRESH_MS = 1000;
 const KEEP_MS = 5 * 60 * 1000;
 const $ = (id) => document.getElementById(id);
-const state = { throughput: [], lastOk: null, scale: "auto", size: null };
+const state = { throughput: [], lastOk: null, scale: "auto", size: null, selected: null, ops: null };
 
 /** GET a view; errors say which path failed and how. */
 async function getJson(path) {
@@ -66,6 +66,8 @@ function render(job, ops, cks, exc) {
   renderJob(job, cks);
   renderGraph(ops);
   renderOperators(ops);
+  state.ops = ops;
+  renderSubtasks();
   renderThroughput(ops);
   renderCheckpoints(cks);
   renderLag(ops);
@@ -101,7 +103,7 @@ function renderGraph(ops) {
     svg = svgEl("svg", { id: "graph", role: "img", "aria-label": "job graph" });
     scroll.replaceChildren(svg);
   }
-  state.size = drawGraph(svg, ops);
+  state.size = drawGraph(svg, ops, state.selected);
   applyZoom();
   document.body.dataset.graphReady = "true";
 }
@@ -143,7 +145,40 @@ function renderOperators(ops) {
     [fmtBytes(sum(o, "checkpointed_state_bytes")), "num"],
     ...extra.map(([k]) => [fmtBytes(o[k]), "num"]),
   ]);
-  table($("operators-table"), headers, rows, (i) => ({ class: "op-row", "data-id": list[i].id }));
+  table($("operators-table"), headers, rows, (i) => ({
+    class: "op-row" + (list[i].id === state.selected ? " selected" : ""), "data-id": list[i].id,
+  }));
+}
+
+/** Selects the operator whose box or row was clicked, for the subtask table. */
+function select(event) {
+  const target = event.target.closest("g.op, tr.op-row");
+  if (!target) return;
+  state.selected = Number(target.id ? target.id.slice(3) : target.dataset.id);
+  for (const r of document.querySelectorAll("tr.op-row")) r.classList.toggle("selected", Number(r.dataset.id) === state.selected);
+  for (const g of document.querySelectorAll("g.op")) g.classList.toggle("selected", g.id === "op-" + state.selected);
+  renderSubtasks();
+}
+
+/** Every subtask of the selected operator: where skew and a single slow subtask show. */
+function renderSubtasks() {
+  const op = state.ops && (state.ops.operators || []).find((o) => o.id === state.selected);
+  if (!op) {
+    $("subtasks").replaceChildren(el("p", { class: "muted" }, "No operator selected."));
+    return;
+  }
+  $("subtasks-of").textContent = `of ${op.name} (${op.kind}, parallelism ${op.parallelism})`;
+  const subs = op.subtasks || [];
+  const t = el("table", { id: "subtasks-table" });
+  table(t, [["subtask", "num"], "running", ["records in", "num"], ["records out", "num"], ["in/s", "num"],
+    ["out/s", "num"], ["busy", "num"], ["idle", "num"], ["backpressured", "num"], "watermark",
+    ["checkpointed state", "num"]],
+  subs.map((s) => [[s.subtask, "num"], s.running ? "yes" : "ended", [fmtCount(s.records_in), "num"],
+    [fmtCount(s.records_out), "num"], [fmtCount(s.records_in_per_second), "num"],
+    [fmtCount(s.records_out_per_second), "num"], [fmtPct(s.busy_ratio), "num"], [fmtPct(s.idle_ratio), "num"],
+    [fmtPct(s.backpressured_ratio), "num"], fmtWatermark(s.watermark), [fmtBytes(s.checkpointed_state_bytes), "num"]]),
+  () => ({ class: "subtask" }));
+  $("subtasks").replaceChildren(subs.length ? t : el("p", { class: "muted" }, "No subtask has reported yet."));
 }
 
 function renderThroughput(ops) {
@@ -248,4 +283,6 @@ $("zoom-in").addEventListener("click", () => zoom(1.25));
 $("zoom-out").addEventListener("click", () => zoom(0.8));
 $("zoom-fit").addEventListener("click", () => { state.scale = "fit"; applyZoom(); });
 window.addEventListener("resize", applyZoom);
+$("graph-scroll").addEventListener("click", select);
+$("operators-table").addEventListener("click", select);
 refresh();

@@ -107,8 +107,8 @@ function tooltip(op) {
   return [`${op.name} (${op.kind}, id ${op.id})`, ...subs].join("\n");
 }
 
-/** Draws the graph into `svg` (an <svg> element); returns its natural size. */
-function drawGraph(svg, view) {
+/** Draws the graph into `svg` (an <svg> element), `selected` (an id) outlined; returns its natural size. */
+function drawGraph(svg, view, selected) {
   const ops = view.operators || [], edges = view.edges || [];
   const known = new Set(ops.map((o) => o.id));
   const shown = edges.filter((e) => known.has(e.from) && known.has(e.to));
@@ -151,7 +151,7 @@ function drawGraph(svg, view) {
     const text = (cls, dy, s) => svgEl("text", { class: cls + (c.dark ? " on-dark" : ""), x: x + 9, y: y + dy }, s);
     const lines = operatorLines(op, names);
     return svgEl("g", {
-      class: "op" + (op.chained ? " chained" : ""), id: "op-" + op.id, "data-name": op.name, "data-state": c.state,
+      class: "op" + (op.chained ? " chained" : "") + (op.id === selected ? " selected" : ""), id: "op-" + op.id, "data-name": op.name, "data-state": c.state,
     },
     svgEl("title", {}, tooltip(op)),
     svgEl("rect", { class: "box", x, y, width: BOX_W, height: BOX_H, rx: 5, fill: c.fill }),
