@@ -537,7 +537,7 @@ fn a_cluster_coordinator_serves_the_dashboard_of_the_whole_job() {
         "the worker, a checkpoint and the worker's figures",
         "document.querySelectorAll('#cluster table tbody tr').length === 1 \
          && document.querySelectorAll('tr.ckpt.COMPLETED').length > 0 \
-         && [...document.querySelectorAll('g.op')].every(g => /in [0-9.]+[kMG]?\\/s/.test(g.textContent))",
+         && [...document.querySelectorAll('g.op')].every(g => /(in|out) [0-9.]+[kMG]?\\/s/.test(g.textContent))",
         Duration::from_secs(60),
     );
     let mut boxes =

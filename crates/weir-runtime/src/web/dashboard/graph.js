@@ -86,7 +86,8 @@ function operatorLines(op, names) {
   if (op.chained) head += " · chained to " + (names.get(op.task) || op.task);
   lines.push(head);
   const rate = (v) => (v === null || v === undefined ? "–" : fmtCount(v) + "/s");
-  lines.push("in " + rate(op.records_in_per_second) + " · out " + rate(op.records_out_per_second));
+  const rin = "in " + rate(op.records_in_per_second), rout = "out " + rate(op.records_out_per_second);
+  lines.push(op.kind === "source" ? rout : op.kind === "sink" ? rin : rin + " · " + rout);
   lines.push("busy " + fmtPct(op.busy_ratio) + " · backpressured " + fmtPct(op.backpressured_ratio));
   let wm = "watermark " + fmtWatermark(op.watermark);
   if (isNum(op.watermark_lag_ms)) wm += " · lag " + fmtMs(op.watermark_lag_ms);
