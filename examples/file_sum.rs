@@ -410,7 +410,9 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
         .uid("sink");
     let handle = env.execute_async("file_sum").context("file_sum failed")?;
     if let Some(a) = handle.web_address() {
-        tracing::info!(address = %a, "REST API at http://{a}/v1/job");
+        let scheme = if args.tls.is_some() { "https" } else { "http" };
+        tracing::info!(address = %a, "REST API at {scheme}://{a}/v1/job");
+        tracing::info!(address = %a, "dashboard at {scheme}://{a}/");
     }
     let result = handle.join().context("file_sum failed")?;
     if worker {

@@ -249,7 +249,9 @@ fn main() -> anyhow::Result<()> {
         .uid("kafka-sink");
     let handle = env.execute_async("kafka_sum").context("kafka_sum failed")?;
     if let Some(a) = handle.web_address() {
-        tracing::info!(address = %a, "REST API at http://{a}/v1/job");
+        let scheme = if args.tls.is_some() { "https" } else { "http" };
+        tracing::info!(address = %a, "REST API at {scheme}://{a}/v1/job");
+        tracing::info!(address = %a, "dashboard at {scheme}://{a}/");
     }
     let result = handle.join().context("kafka_sum failed")?;
     if result.stopped_with_savepoint {

@@ -246,7 +246,9 @@ fn main() -> anyhow::Result<()> {
         .execute_async("payments_apply_once")
         .context("payments_apply_once failed")?;
     if let Some(a) = handle.web_address() {
-        tracing::info!(address = %a, "REST API at http://{a}/v1/job");
+        let scheme = if args.tls.is_some() { "https" } else { "http" };
+        tracing::info!(address = %a, "REST API at {scheme}://{a}/v1/job");
+        tracing::info!(address = %a, "dashboard at {scheme}://{a}/");
     }
     let result = handle.join().context("payments_apply_once failed")?;
     let m = |name: &str| weir::metrics::sum(name, &[("operator", "apply-payments")]);

@@ -6,7 +6,8 @@
 #   compiles RocksDB);
 # - a C compiler and make: librdkafka, built from source by rdkafka-sys;
 # - Java 17+ and Maven: the real Kafka broker the Kafka tests start (scripts/kafka.sh);
-# - PostgreSQL's server binaries: the apply-once sink's tests (scripts/postgres.sh).
+# - PostgreSQL's server binaries: the apply-once sink's tests (scripts/postgres.sh);
+# - Chromium: the web dashboard's tests load it in a real headless browser.
 #
 #   bash scripts/setup.sh
 #
@@ -39,6 +40,9 @@ fi
 command -v mvn >/dev/null || need+=(maven)
 if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
     need+=(postgresql)
+fi
+if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
+    need+=(chromium)
 fi
 
 if [ ${#need[@]} -eq 0 ]; then

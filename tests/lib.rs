@@ -6,6 +6,8 @@
 //! record's timestamp) and [`join_within`] (waits for a job with a deadline instead of
 //! hanging). Everything here uses only the public API (`weir::prelude`).
 
+pub mod browser;
+
 use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};

@@ -10,6 +10,7 @@ mod cluster;
 mod cluster_auth;
 mod cluster_tls;
 mod connect;
+mod dashboard;
 mod dedup;
 mod docs;
 mod errors;

@@ -28,3 +28,4 @@ pub use logging::LogFormat;
 pub use restart::{ExponentialDelay, FailureRate, FixedDelay, RestartStrategy};
 pub use secret::{MIN_SECRET_LEN, SECRET_FILE_VAR, Secret};
 pub use tls::{TLS_DIR_VAR, Tls};
+pub use web::dashboard;

@@ -1,6 +1,6 @@
-//! The job's HTTP server: the REST API under `/v1/` (JSON; docs/openapi.json) and
-//! `GET /metrics`, every series of the process registry ([`weir_core::metrics::render`]) in
-//! the Prometheus text format.
+//! The job's HTTP server: the web dashboard at `/` ([`dashboard`]), the REST API under
+//! `/v1/` (JSON; docs/openapi.json) and `GET /metrics`, every series of the process
+//! registry ([`weir_core::metrics::render`]) in the Prometheus text format.
 //!
 //! axum on hyper's HTTP/1, on a small tokio runtime the server owns (one worker thread):
 //! one request per connection (the response closes it), header names in title case as
@@ -20,6 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use weir_core::{Error, Result};
+
+pub mod dashboard;
 
 /// Every route the server answers, as (method, path): the OpenAPI file documents exactly
 /// these (a test checks it).
@@ -208,7 +210,11 @@ where
 }
 
 fn router(job: Arc<JobShared>) -> Router {
-    Router::new()
+    let mut router = Router::new();
+    for a in dashboard::ASSETS {
+        router = router.route(a.path, get(move || page(a)));
+    }
+    router
         .route("/metrics", get(metrics))
         .route("/v1", get(index))
         .route(
@@ -238,6 +244,19 @@ fn router(job: Arc<JobShared>) -> Router {
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     let body = serde_json::json!({ "status": status.as_u16(), "error": message.into() });
     (status, axum::Json(body)).into_response()
+}
+
+/// A file of the dashboard. `no-cache`: a browser revalidates, so a newer weir's page is
+/// never mixed with an older one's scripts.
+async fn page(a: &'static dashboard::Asset) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, a.content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        a.body,
+    )
+        .into_response()
 }
 
 async fn metrics() -> Response {
@@ -270,7 +289,7 @@ async fn not_found(uri: Uri) -> Response {
     error(
         StatusCode::NOT_FOUND,
         format!(
-            "no such resource: {}; weir serves its REST API under /v1 (GET /v1 lists it) and its metrics at /metrics",
+            "no such resource: {}; weir serves its dashboard at /, its REST API under /v1 (GET /v1 lists it) and its metrics at /metrics",
             uri.path()
         ),
     )
