@@ -25,6 +25,8 @@ pub(super) struct Cluster<'a> {
     pub(super) web: String,
     /// The secret file every process is started with (`--secret-file`), if any.
     pub(super) secret: Option<PathBuf>,
+    /// The TLS directory every process is started with (`--tls-dir`), if any.
+    pub(super) tls: Option<PathBuf>,
     logs: PathBuf,
     started: usize,
 }
@@ -38,6 +40,7 @@ impl<'a> Cluster<'a> {
             address: format!("127.0.0.1:{}", free_port()),
             web: format!("127.0.0.1:{}", free_port()),
             secret: None,
+            tls: None,
             logs,
             started: 0,
         }
@@ -51,7 +54,7 @@ impl<'a> Cluster<'a> {
     }
 
     /// Starts the coordinator: 3 workers, parallelism 4, heartbeat timeout 2 s.
-    fn coordinator(&mut self) -> (Child, PathBuf) {
+    pub(super) fn coordinator(&mut self) -> (Child, PathBuf) {
         self.coordinator_with(&[])
     }
 
@@ -72,6 +75,9 @@ impl<'a> Cluster<'a> {
         if let Some(secret) = &self.secret {
             c.arg("--secret-file").arg(secret);
         }
+        if let Some(tls) = &self.tls {
+            c.arg("--tls-dir").arg(tls);
+        }
         c.envs(env.iter().copied());
         c.arg("--cluster")
             .arg("coordinator")
@@ -88,7 +94,7 @@ impl<'a> Cluster<'a> {
         (c.spawn().expect("start the coordinator"), path)
     }
 
-    fn worker(&mut self, slots: usize) -> (Child, PathBuf) {
+    pub(super) fn worker(&mut self, slots: usize) -> (Child, PathBuf) {
         self.worker_with(slots, None)
     }
 
@@ -98,6 +104,9 @@ impl<'a> Cluster<'a> {
         let mut c = Command::new(env!("CARGO_BIN_EXE_file_sum"));
         if let Some(secret) = &self.secret {
             c.arg("--secret-file").arg(secret);
+        }
+        if let Some(tls) = &self.tls {
+            c.arg("--tls-dir").arg(tls);
         }
         c.arg("--cluster")
             .arg("worker")
@@ -118,7 +127,7 @@ impl<'a> Cluster<'a> {
 
 /// Waits until the scenario's checkpoint directory holds a complete checkpoint newer
 /// than `after`.
-fn wait_checkpoint_after(s: &Scenario, after: u64) {
+pub(super) fn wait_checkpoint_after(s: &Scenario, after: u64) {
     wait_for(
         &format!("a checkpoint after {after}"),
         Duration::from_secs(60),
@@ -138,7 +147,7 @@ fn weir_cluster(web: &str, args: &[&str]) -> String {
 }
 
 /// Runs `weir cluster ARGS --web ADDRESS`, whatever its outcome.
-fn weir_cluster_output(web: &str, args: &[&str]) -> std::process::Output {
+pub(super) fn weir_cluster_output(web: &str, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_weir-cli"))
         .arg("cluster")
         .args(args)
@@ -157,7 +166,7 @@ fn count(path: &Path, needle: &str) -> usize {
 }
 
 /// Waits for a line in a log.
-fn wait_log(path: &Path, needle: &str, times: usize) {
+pub(super) fn wait_log(path: &Path, needle: &str, times: usize) {
     wait_for(
         &format!("{needle:?} (×{times}) in {}", path.display()),
         Duration::from_secs(60),

@@ -10,6 +10,7 @@
 mod bounded;
 mod cluster;
 mod cluster_staging;
+mod cluster_tls;
 mod event_time;
 mod harness;
 mod kills;
