@@ -240,8 +240,8 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                 state,
                 lease_ms,
                 web: None,
-                secret: secret(secret_file)?,
-                tls: tls(tls_dir)?,
+                secret: weir::Secret::from_file_or_env(secret_file.as_deref())?,
+                tls: weir::Tls::from_dir_or_env(tls_dir.as_deref())?,
             });
         }
         Some(other) => bail!("--cluster is `coordinator` or `worker`, not `{other}`"),
@@ -260,8 +260,8 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         state,
         lease_ms,
         web,
-        secret: secret(secret_file)?,
-        tls: tls(tls_dir)?,
+        secret: weir::Secret::from_file_or_env(secret_file.as_deref())?,
+        tls: weir::Tls::from_dir_or_env(tls_dir.as_deref())?,
     })
 }
 
@@ -434,20 +434,4 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
         result.elapsed.as_secs_f64()
     );
     Ok(())
-}
-
-/// The secret from `--secret-file PATH`, else from the file `WEIR_SECRET_FILE` names.
-fn secret(file: Option<PathBuf>) -> anyhow::Result<Option<weir::Secret>> {
-    Ok(match file {
-        Some(path) => Some(weir::Secret::from_file(path).context("--secret-file")?),
-        None => weir::Secret::from_env()?,
-    })
-}
-
-/// TLS settings from `--tls-dir DIR`, else from the directory `WEIR_TLS_DIR` names.
-fn tls(dir: Option<PathBuf>) -> anyhow::Result<Option<weir::Tls>> {
-    Ok(match dir {
-        Some(dir) => Some(weir::Tls::from_dir(dir).context("--tls-dir")?),
-        None => weir::Tls::from_env()?,
-    })
 }

@@ -147,8 +147,8 @@ fn parse_args() -> anyhow::Result<Args> {
         start_fresh_if_unusable,
         max_restarts,
         web,
-        secret: secret(secret_file)?,
-        tls: tls(tls_dir)?,
+        secret: weir::Secret::from_file_or_env(secret_file.as_deref())?,
+        tls: weir::Tls::from_dir_or_env(tls_dir.as_deref())?,
     })
 }
 
@@ -269,20 +269,4 @@ fn main() -> anyhow::Result<()> {
         result.elapsed.as_secs_f64()
     );
     Ok(())
-}
-
-/// The secret from `--secret-file PATH`, else from the file `WEIR_SECRET_FILE` names.
-fn secret(file: Option<PathBuf>) -> anyhow::Result<Option<weir::Secret>> {
-    Ok(match file {
-        Some(path) => Some(weir::Secret::from_file(path).context("--secret-file")?),
-        None => weir::Secret::from_env()?,
-    })
-}
-
-/// TLS settings from `--tls-dir DIR`, else from the directory `WEIR_TLS_DIR` names.
-fn tls(dir: Option<PathBuf>) -> anyhow::Result<Option<weir::Tls>> {
-    Ok(match dir {
-        Some(dir) => Some(weir::Tls::from_dir(dir).context("--tls-dir")?),
-        None => weir::Tls::from_env()?,
-    })
 }

@@ -5,7 +5,7 @@
 //! chaos tests.)
 
 use std::time::Duration;
-use weir::cluster::{ClusterConfig, join};
+use weir::cluster::{ClusterConfig, Credentials, join, join_with};
 use weir::prelude::*;
 use weir_tests::{Stamped, event_time, join_within, kv};
 
@@ -50,6 +50,63 @@ pub(crate) fn windowed_sums(env: &Env) -> Stamped<(String, i64)> {
     Stamped::attach(&sums)
 }
 
+/// The windows `windowed_sums` closes: what the cluster must produce, whichever worker
+/// runs which subtask.
+pub(crate) fn windowed_expected() -> Windowed {
+    vec![
+        (kv("a", 3), 9),
+        (kv("a", 8), 19),
+        (kv("b", 10), 9),
+        (kv("b", 20), 19),
+        (kv("b", 30), 29),
+        (kv("c", 7), 9),
+        (kv("c", 8), 19),
+        (kv("c", 9), 29),
+    ]
+}
+
+/// A window's output: (key, sum) and the window's end.
+pub(crate) type Windowed = Vec<((String, i64), Timestamp)>;
+
+type WorkerThread = std::thread::JoinHandle<(Windowed, JobResult)>;
+
+/// One worker thread of one slot per entry of `credentials`, each joining the coordinator
+/// of `windowed_sums` at `address` and running its share.
+pub(crate) fn spawn_windowed_workers(
+    address: &str,
+    credentials: Vec<Credentials>,
+) -> Vec<WorkerThread> {
+    credentials
+        .into_iter()
+        .map(|c| {
+            let address = address.to_string();
+            std::thread::spawn(move || {
+                let joined = join_with(&address, 1, Duration::from_secs(30), c).expect("join");
+                assert_eq!(joined.args(), ["windowed".to_string()]);
+                let env = Env::new()
+                    .parallelism(2)
+                    .cluster(ClusterConfig::worker(joined));
+                let out = windowed_sums(&env);
+                let result = env.execute("windowed").expect("the worker's share");
+                (out.values(), result)
+            })
+        })
+        .collect()
+}
+
+/// The workers' output, sorted, and how many non-source tasks they ran.
+pub(crate) fn windowed_output(workers: Vec<WorkerThread>) -> (Windowed, usize) {
+    let mut got = Vec::new();
+    let mut sink_tasks = 0;
+    for w in workers {
+        let (values, result) = w.join().expect("worker thread");
+        got.extend(values);
+        sink_tasks += result.tasks.iter().filter(|t| !t.is_source).count();
+    }
+    got.sort();
+    (got, sink_tasks)
+}
+
 #[test]
 fn two_workers_run_windows_across_processes_with_the_same_output() {
     let address = free_address();
@@ -64,43 +121,10 @@ fn two_workers_run_windows_across_processes_with_the_same_output() {
     let coordinator = coordinator
         .execute_async("windowed")
         .expect("start the coordinator");
-    let workers: Vec<_> = (0..2)
-        .map(|_| {
-            let address = address.clone();
-            std::thread::spawn(move || {
-                let joined = join(&address, 1, Duration::from_secs(30)).expect("join");
-                assert_eq!(joined.args(), ["windowed".to_string()]);
-                let env = Env::new()
-                    .parallelism(2)
-                    .cluster(ClusterConfig::worker(joined));
-                let out = windowed_sums(&env);
-                let result = env.execute("windowed").expect("the worker's share");
-                (out.values(), result)
-            })
-        })
-        .collect();
+    let workers = spawn_windowed_workers(&address, vec![Credentials::default(); 2]);
     join_within(coordinator, Duration::from_secs(60)).expect("the cluster job");
-    let mut got = Vec::new();
-    let mut sink_tasks = 0;
-    for w in workers {
-        let (values, result) = w.join().expect("worker thread");
-        got.extend(values);
-        sink_tasks += result.tasks.iter().filter(|t| !t.is_source).count();
-    }
-    got.sort();
-    assert_eq!(
-        got,
-        vec![
-            (kv("a", 3), 9),
-            (kv("a", 8), 19),
-            (kv("b", 10), 9),
-            (kv("b", 20), 19),
-            (kv("b", 30), 29),
-            (kv("c", 7), 9),
-            (kv("c", 8), 19),
-            (kv("c", 9), 29),
-        ]
-    );
+    let (got, sink_tasks) = windowed_output(workers);
+    assert_eq!(got, windowed_expected());
     // Two window subtasks, one per worker.
     assert_eq!(sink_tasks, 2);
 }

@@ -3,13 +3,16 @@
 //! a message that says what to fix, and counted; workers with the secret run the job to
 //! the same output as without one.
 
-use crate::cluster::{endless, free_address, windowed_sums};
+use crate::cluster::{
+    endless, free_address, spawn_windowed_workers, windowed_expected, windowed_output,
+    windowed_sums,
+};
 use std::io::{Read, Write};
 use std::time::Duration;
 use weir::cluster::{ClusterConfig, Credentials, join, join_with};
 use weir::prelude::*;
 use weir::{Secret, metrics};
-use weir_tests::{join_within, kv, rest, wait_for};
+use weir_tests::{join_within, rest, wait_for};
 
 fn secret() -> Secret {
     Secret::new("cluster-secret-0123456789abcdef").unwrap()
@@ -91,42 +94,12 @@ fn workers_without_the_secret_are_refused_and_workers_with_it_run_the_job() {
             && refused("coordinator", "wrong secret") - wrong == 1.0
     });
 
-    let workers: Vec<_> = (0..2)
-        .map(|_| {
-            let address = address.clone();
-            std::thread::spawn(move || {
-                let joined = join_with(&address, 1, Duration::from_secs(30), secret_only(secret()))
-                    .expect("join with the secret");
-                let env = Env::new()
-                    .parallelism(2)
-                    .cluster(ClusterConfig::worker(joined));
-                let out = windowed_sums(&env);
-                env.execute("windowed").expect("the worker's share");
-                out.values()
-            })
-        })
-        .collect();
+    let workers =
+        spawn_windowed_workers(&address, vec![secret_only(secret()), secret_only(secret())]);
     join_within(coordinator, Duration::from_secs(60)).expect("the cluster job");
-    let mut got: Vec<_> = workers
-        .into_iter()
-        .flat_map(|w| w.join().expect("worker thread"))
-        .collect();
-    got.sort();
     // The windows' subtasks run on different workers: their records crossed an
     // authenticated data connection.
-    assert_eq!(
-        got,
-        vec![
-            (kv("a", 3), 9),
-            (kv("a", 8), 19),
-            (kv("b", 10), 9),
-            (kv("b", 20), 19),
-            (kv("b", 30), 29),
-            (kv("c", 7), 9),
-            (kv("c", 8), 19),
-            (kv("c", 9), 29),
-        ]
-    );
+    assert_eq!(windowed_output(workers).0, windowed_expected());
 }
 
 #[test]

@@ -4,14 +4,17 @@
 //! another CA, an expired certificate, no TLS at all, or TLS against a plain coordinator
 //! is refused, with a message on the worker's side and a count on the coordinator's.
 
-use crate::cluster::{endless, free_address, windowed_sums};
+use crate::cluster::{
+    endless, free_address, spawn_windowed_workers, windowed_expected, windowed_output,
+    windowed_sums,
+};
 use std::path::Path;
 use std::time::Duration;
 use weir::cluster::{ClusterConfig, Credentials, join, join_with};
 use weir::prelude::*;
 use weir::{Tls, metrics};
 use weir_tests::certs::Ca;
-use weir_tests::{join_within, kv, wait_for};
+use weir_tests::{join_within, wait_for};
 
 fn tls_only(dir: &Path) -> Credentials {
     Credentials {
@@ -91,43 +94,12 @@ fn a_cluster_over_tls_runs_the_job_and_its_api_answers_https() {
     assert!(!out.status.success());
     assert!(err.contains("UnknownIssuer"), "{err}");
 
-    let workers: Vec<_> = (1..=2)
-        .map(|i| {
-            let (address, dir) = (
-                address.clone(),
-                ca.issue(dir.path(), &format!("worker-{i}"), false),
-            );
-            std::thread::spawn(move || {
-                let joined = join_with(&address, 1, Duration::from_secs(30), tls_only(&dir))
-                    .expect("join over TLS");
-                let env = Env::new()
-                    .parallelism(2)
-                    .cluster(ClusterConfig::worker(joined));
-                let out = windowed_sums(&env);
-                env.execute("windowed").expect("the worker's share");
-                out.values()
-            })
-        })
+    let credentials = (1..=2)
+        .map(|i| tls_only(&ca.issue(dir.path(), &format!("worker-{i}"), false)))
         .collect();
+    let workers = spawn_windowed_workers(&address, credentials);
     join_within(coordinator, Duration::from_secs(60)).expect("the cluster job");
-    let mut got: Vec<_> = workers
-        .into_iter()
-        .flat_map(|w| w.join().expect("worker thread"))
-        .collect();
-    got.sort();
-    assert_eq!(
-        got,
-        vec![
-            (kv("a", 3), 9),
-            (kv("a", 8), 19),
-            (kv("b", 10), 9),
-            (kv("b", 20), 19),
-            (kv("b", 30), 29),
-            (kv("c", 7), 9),
-            (kv("c", 8), 19),
-            (kv("c", 9), 29),
-        ]
-    );
+    assert_eq!(windowed_output(workers).0, windowed_expected());
 }
 
 /// Every way to get TLS wrong, one after the other against one coordinator (the refusal

@@ -83,6 +83,15 @@ impl Secret {
         }
     }
 
+    /// The secret in `file` when one is given (a `--secret-file` flag), else the one
+    /// [`Secret::from_env`] finds.
+    pub fn from_file_or_env(file: Option<&Path>) -> Result<Option<Self>> {
+        match file {
+            Some(path) => Secret::from_file(path).map(Some),
+            None => Secret::from_env(),
+        }
+    }
+
     /// Whether `candidate` is the secret, compared in time that does not depend on where
     /// they differ.
     pub fn matches(&self, candidate: &str) -> bool {

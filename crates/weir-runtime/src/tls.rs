@@ -91,6 +91,15 @@ impl Tls {
         }
     }
 
+    /// The settings in `dir` when one is given (a `--tls-dir` flag), else the ones
+    /// [`Tls::from_env`] finds.
+    pub fn from_dir_or_env(dir: Option<&Path>) -> Result<Option<Tls>> {
+        match dir {
+            Some(dir) => Tls::from_dir(dir).map(Some),
+            None => Tls::from_env(),
+        }
+    }
+
     /// Settings from PEM text: certificate chain, private key, CA certificate(s).
     pub fn from_pem(cert: &[u8], key: &[u8], ca: &[u8]) -> Result<Tls> {
         let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert)
