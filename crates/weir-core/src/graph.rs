@@ -114,6 +114,9 @@ pub struct BuildContext<'a> {
     /// The checkpoint interval and timeout, when the job takes checkpoints (a transactional
     /// sink checks its transaction timeout against them).
     pub checkpoint_timing: Option<(std::time::Duration, std::time::Duration)>,
+    /// Where a source subtask reports the partitions it reads (see
+    /// [`SourceFigures`](crate::dsl::SourceFigures)); other operators ignore it.
+    pub source_figures: &'a crate::dsl::SourceFigures,
 }
 
 /// A subtask's built operator.

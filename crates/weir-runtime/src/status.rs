@@ -21,6 +21,7 @@ use weir_core::graph::{Graph, NodeKind};
 use weir_core::ids::CheckpointId;
 use weir_core::time::{MAX_WATERMARK, MIN_WATERMARK};
 
+mod partitions;
 mod task;
 use task::Totals;
 pub(crate) use task::{NodeCells, NodeFigures, TaskFigures, TaskMetrics};
@@ -303,6 +304,7 @@ impl JobStatus {
                             records_out: load(&n.records_out),
                             watermark_in: n.watermark_in.load(Ordering::Relaxed),
                             watermark_out: n.watermark_out.load(Ordering::Relaxed),
+                            partitions: n.partition_figures(),
                         })
                         .collect(),
                 }
@@ -357,6 +359,10 @@ impl JobStatus {
                 cells
                     .watermark_out
                     .store(n.watermark_out, Ordering::Relaxed);
+                *cells
+                    .remote_partitions
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = n.partitions;
             }
         }
     }
@@ -797,6 +803,7 @@ impl JobStatus {
             );
             o.insert("watermark".into(), serde_json::json!(watermark));
             o.insert("watermark_lag_ms".into(), serde_json::json!(lag));
+            o.insert("partitions".into(), partitions::view(op.id, &tasks));
             o.insert("subtasks".into(), serde_json::Value::Array(subtasks));
             operators.push(v);
         }

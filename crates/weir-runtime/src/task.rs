@@ -187,6 +187,8 @@ struct Builder<'a> {
     participants: &'a Participants,
     /// Set when operators count their records (the job serves its REST API).
     metrics: Option<&'a crate::status::TaskMetrics>,
+    /// The task's figures, counted or not (sources report their partitions there).
+    figures: &'a crate::status::TaskMetrics,
 }
 
 impl Builder<'_> {
@@ -247,6 +249,11 @@ impl Builder<'_> {
             })
         };
         let operator_id = spec.operator_id();
+        let source_figures = self
+            .figures
+            .node(node)
+            .map(|c| c.partitions.clone())
+            .unwrap_or_default();
         let ctx = BuildContext {
             name: &spec.name,
             subtask: self.subtask,
@@ -258,6 +265,7 @@ impl Builder<'_> {
             restore,
             checkpointing: job.cfg.checkpoint.is_some(),
             checkpoint_timing: job.cfg.checkpoint.as_ref().map(|c| (c.interval, c.timeout)),
+            source_figures: &source_figures,
         };
         spec.factory.build(&ctx, outputs)
     }
@@ -348,6 +356,7 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
         restore: &spec.restore,
         participants: &participants,
         metrics: counted,
+        figures: &metrics,
     }
     .build_node(spec.head)?;
     spec.start.arrive();

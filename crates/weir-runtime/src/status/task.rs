@@ -3,9 +3,10 @@
 
 use crate::plan::Plan;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use weir_core::dsl::{PartitionFigures, SourceFigures};
 use weir_core::graph::Graph;
 use weir_core::time::MIN_WATERMARK;
 
@@ -20,6 +21,24 @@ pub(crate) struct NodeCells {
     pub watermark_in: Arc<AtomicI64>,
     /// The last watermark out of the node (sources and operators).
     pub watermark_out: Arc<AtomicI64>,
+    /// The partitions a source reads, as it reports them (empty for other nodes).
+    pub partitions: SourceFigures,
+    /// A cluster coordinator: the partitions as the worker last reported them.
+    pub(super) remote_partitions: Mutex<Vec<PartitionFigures>>,
+}
+
+impl NodeCells {
+    /// The partitions this node reads (a source), with their current figures.
+    pub(super) fn partition_figures(&self) -> Vec<PartitionFigures> {
+        let local = self.partitions.partitions();
+        if !local.is_empty() {
+            return local;
+        }
+        self.remote_partitions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 /// The figures of one running subtask (task = chain of operators), updated by its thread.
@@ -64,6 +83,8 @@ impl TaskMetrics {
                 records_out: graph.nodes[n].outputs.iter().map(|_| cell()).collect(),
                 watermark_in,
                 watermark_out: Arc::new(AtomicI64::new(MIN_WATERMARK)),
+                partitions: SourceFigures::default(),
+                remote_partitions: Mutex::new(Vec::new()),
             });
         }
         TaskMetrics {
@@ -144,6 +165,8 @@ pub(crate) struct NodeFigures {
     pub records_out: Vec<u64>,
     pub watermark_in: i64,
     pub watermark_out: i64,
+    /// The partitions a source reads.
+    pub partitions: Vec<PartitionFigures>,
 }
 
 pub(super) fn cell() -> Arc<AtomicU64> {

@@ -1,0 +1,30 @@
+//! The `partitions` of an operator in `/v1/operators`: for a source that reports the
+//! partitions it reads (the Kafka source), each subtask's partitions with their position,
+//! high watermark and lag; an empty array for every other operator.
+
+use super::TaskMetrics;
+use std::sync::Arc;
+
+/// The partitions read by the subtasks of operator `node`, by subtask, topic, partition.
+pub(super) fn view(node: usize, tasks: &[Arc<TaskMetrics>]) -> serde_json::Value {
+    let mut rows = Vec::new();
+    for t in tasks {
+        let Some(cells) = t.node(node) else { continue };
+        for p in cells.partition_figures() {
+            rows.push((t.subtask, p));
+        }
+    }
+    rows.sort_by(|(a, p), (b, q)| (a, &p.topic, p.partition).cmp(&(b, &q.topic, q.partition)));
+    rows.into_iter()
+        .map(|(subtask, p)| {
+            serde_json::json!({
+                "subtask": subtask,
+                "topic": p.topic,
+                "partition": p.partition,
+                "position": p.position,
+                "high_watermark": p.high_watermark,
+                "lag": p.lag(),
+            })
+        })
+        .collect()
+}
