@@ -17,6 +17,7 @@ mod operators;
 mod parallelism;
 mod process_functions;
 mod rest_api;
+mod rest_figures;
 mod sources_sinks;
 mod state_kinds;
 mod timers;

@@ -724,6 +724,9 @@ fn a_cluster_coordinator_serves_the_api_and_stops_the_cluster_through_it() {
     assert_eq!(operator(&ops, "sum")["parallelism"], 2);
     assert_eq!(ops["edges"].as_array().unwrap().len(), 2);
     assert_eq!(operator(&ops, "numbers")["records_out"], 100);
+    // 1..=100 without timestamps: one byte each, and nine for the missing timestamp.
+    assert_eq!(operator(&ops, "numbers")["bytes_out"], 1000, "{ops:#}");
+    assert_eq!(operator(&ops, "sum")["bytes_in"], 1000, "{ops:#}");
     for s in operator(&ops, "sum")["subtasks"].as_array().unwrap() {
         assert_eq!(s["running"], true, "{ops:#}");
         let total = s["busy_ratio"].as_f64().unwrap()

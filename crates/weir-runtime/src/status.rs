@@ -304,6 +304,9 @@ impl JobStatus {
                             records_out: load(&n.records_out),
                             watermark_in: n.watermark_in.load(Ordering::Relaxed),
                             watermark_out: n.watermark_out.load(Ordering::Relaxed),
+                            bytes_in: task::load(&n.bytes_in),
+                            bytes_out: task::load(&n.bytes_out),
+                            state_bytes: task::state(&n.state_bytes),
                             partitions: n.partition_figures(),
                         })
                         .collect(),
@@ -359,6 +362,17 @@ impl JobStatus {
                 cells
                     .watermark_out
                     .store(n.watermark_out, Ordering::Relaxed);
+                cells
+                    .state_bytes
+                    .store(n.state_bytes.unwrap_or(task::NO_STATE), Ordering::Relaxed);
+                for (c, v) in [
+                    (&cells.bytes_in, n.bytes_in),
+                    (&cells.bytes_out, n.bytes_out),
+                ] {
+                    if let (Some(c), Some(v)) = (c, v) {
+                        c.store(v, Ordering::Relaxed);
+                    }
+                }
                 *cells
                     .remote_partitions
                     .lock()
@@ -744,6 +758,8 @@ impl JobStatus {
                     "running": !ended,
                     "records_in": self.detailed().then_some(rin),
                     "records_out": self.detailed().then_some(rout),
+                    "bytes_in": task::load(&cells.bytes_in).filter(|_| self.detailed()),
+                    "bytes_out": task::load(&cells.bytes_out).filter(|_| self.detailed()),
                     "records_in_per_second": self.detailed().then(|| rate(rin, prev.nodes[pos].0)),
                     "records_out_per_second": self.detailed().then(|| rate(rout, prev.nodes[pos].1)),
                     "busy_ratio": busy,
@@ -754,6 +770,7 @@ impl JobStatus {
                     "backpressured_ms": cur.backpressured / 1_000_000,
                     "watermark": watermark,
                     "watermark_lag_ms": lag,
+                    "state_bytes": task::state(&cells.state_bytes).filter(|_| self.detailed()),
                     "checkpointed_state_bytes": (self.checkpoint_config.is_some()).then_some(state),
                     "metrics": metrics,
                 }));
@@ -803,6 +820,12 @@ impl JobStatus {
             );
             o.insert("watermark".into(), serde_json::json!(watermark));
             o.insert("watermark_lag_ms".into(), serde_json::json!(lag));
+            o.insert("bytes_in".into(), partitions::sum(&subtasks, "bytes_in"));
+            o.insert("bytes_out".into(), partitions::sum(&subtasks, "bytes_out"));
+            o.insert(
+                "state_bytes".into(),
+                partitions::sum(&subtasks, "state_bytes"),
+            );
             o.insert("partitions".into(), partitions::view(op.id, &tasks));
             o.insert("subtasks".into(), serde_json::Value::Array(subtasks));
             operators.push(v);

@@ -1,6 +1,7 @@
-//! The `partitions` of an operator in `/v1/operators`: for a source that reports the
-//! partitions it reads (the Kafka source), each subtask's partitions with their position,
-//! high watermark and lag; an empty array for every other operator.
+//! Figures of an operator in `/v1/operators` gathered over its subtasks: the `partitions`
+//! (for a source that reports the partitions it reads, as the Kafka source does, each
+//! subtask's partitions with their position, high watermark and lag; an empty array for
+//! every other operator) and sums of optional figures (bytes).
 
 use super::TaskMetrics;
 use std::sync::Arc;
@@ -27,4 +28,14 @@ pub(super) fn view(node: usize, tasks: &[Arc<TaskMetrics>]) -> serde_json::Value
             })
         })
         .collect()
+}
+
+/// The sum of the subtasks' `key` (an integer or null): null when every subtask's is.
+pub(super) fn sum(subtasks: &[serde_json::Value], key: &str) -> serde_json::Value {
+    let values: Vec<u64> = subtasks.iter().filter_map(|s| s[key].as_u64()).collect();
+    if values.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::json!(values.iter().sum::<u64>())
+    }
 }
