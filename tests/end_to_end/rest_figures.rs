@@ -28,7 +28,10 @@ fn bytes_in_and_out_are_the_encoded_records_crossing_channels() {
         .map(|&v| size(v))
         .sum();
 
-    let env = Env::new().parallelism(2).web_address("127.0.0.1:0");
+    let env = Env::new()
+        .parallelism(2)
+        .web_address("127.0.0.1:0")
+        .measure_bytes(true);
     env.from_collection(values)
         .rebalance()
         .map(|v| v)
@@ -60,6 +63,25 @@ fn bytes_in_and_out_are_the_encoded_records_crossing_channels() {
         (&total.into(), &total.into())
     );
     join_within(job, Duration::from_secs(10)).unwrap();
+}
+
+/// Bytes are measured only when asked for: by default every `bytes_in` and `bytes_out`
+/// is `null`, records and state are still reported.
+#[test]
+fn bytes_are_null_unless_the_job_measures_them() {
+    let ops = keyed_sum(10);
+    for o in ops["operators"].as_array().unwrap() {
+        assert_eq!(o["bytes_in"], serde_json::Value::Null, "{o:#}");
+        assert_eq!(o["bytes_out"], serde_json::Value::Null, "{o:#}");
+        for s in o["subtasks"].as_array().unwrap() {
+            assert_eq!(
+                (&s["bytes_in"], &s["bytes_out"]),
+                (&serde_json::Value::Null, &serde_json::Value::Null)
+            );
+        }
+    }
+    assert_eq!(operator(&ops, "sum")["records_in"], 200);
+    assert_eq!(operator(&ops, "sum")["state_bytes"], 30);
 }
 
 /// Runs a keyed rolling sum over `keys` keys (20 records of value 1 each) to its end and

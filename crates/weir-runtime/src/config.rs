@@ -44,6 +44,11 @@ pub struct JobConfig {
     /// `JobHandle::web_address`). With it set, operators also count their records in and
     /// out and keep their watermarks for the API.
     pub web_address: Option<String>,
+    /// With the REST API on, also measure the bytes records take on channels between tasks
+    /// (`bytes_in` / `bytes_out` of `/v1/operators`; otherwise `null`). Records cross
+    /// channels in one process unencoded, so their encoded size is computed on each side:
+    /// a cost per record that a job of small records notices (docs/operations.md).
+    pub measure_bytes: bool,
     /// Runs the job as part of a cluster (coordinator or worker); `None` runs it in this
     /// process alone.
     pub cluster: Option<crate::cluster::ClusterConfig>,
@@ -157,6 +162,7 @@ impl Default for JobConfig {
             checkpoint: None,
             metrics_address: None,
             web_address: None,
+            measure_bytes: false,
             cluster: None,
         }
     }

@@ -147,6 +147,8 @@ pub(crate) struct JobStatus {
     /// every output; see `task`): on when the job serves its REST API, or, on a cluster
     /// worker, when its coordinator does.
     detailed: AtomicBool,
+    /// Channel bytes are measured too (`JobConfig::measure_bytes`).
+    measure_bytes: bool,
     operators: Vec<OperatorInfo>,
     edges: Vec<EdgeInfo>,
     parallelism: usize,
@@ -235,6 +237,7 @@ impl JobStatus {
             name: name.to_string(),
             start_ms: crate::task::now_ms(),
             detailed: AtomicBool::new(detailed),
+            measure_bytes: cfg.measure_bytes,
             operators,
             edges,
             parallelism: cfg.parallelism,
@@ -266,6 +269,11 @@ impl JobStatus {
     /// True when operators count their records (see the field).
     pub(crate) fn detailed(&self) -> bool {
         self.detailed.load(Ordering::Relaxed)
+    }
+
+    /// True when channel bytes are measured (the API is on and the job asked for them).
+    fn bytes(&self) -> bool {
+        self.measure_bytes && self.detailed()
     }
 
     /// A cluster worker whose coordinator serves the API counts records too.
@@ -304,8 +312,8 @@ impl JobStatus {
                             records_out: load(&n.records_out),
                             watermark_in: n.watermark_in.load(Ordering::Relaxed),
                             watermark_out: n.watermark_out.load(Ordering::Relaxed),
-                            bytes_in: task::load(&n.bytes_in),
-                            bytes_out: task::load(&n.bytes_out),
+                            bytes_in: task::load(&n.bytes_in).filter(|_| self.measure_bytes),
+                            bytes_out: task::load(&n.bytes_out).filter(|_| self.measure_bytes),
                             state_bytes: task::state(&n.state_bytes),
                             partitions: n.partition_figures(),
                         })
@@ -758,8 +766,8 @@ impl JobStatus {
                     "running": !ended,
                     "records_in": self.detailed().then_some(rin),
                     "records_out": self.detailed().then_some(rout),
-                    "bytes_in": task::load(&cells.bytes_in).filter(|_| self.detailed()),
-                    "bytes_out": task::load(&cells.bytes_out).filter(|_| self.detailed()),
+                    "bytes_in": task::load(&cells.bytes_in).filter(|_| self.bytes()),
+                    "bytes_out": task::load(&cells.bytes_out).filter(|_| self.bytes()),
                     "records_in_per_second": self.detailed().then(|| rate(rin, prev.nodes[pos].0)),
                     "records_out_per_second": self.detailed().then(|| rate(rout, prev.nodes[pos].1)),
                     "busy_ratio": busy,

@@ -218,7 +218,11 @@ impl Builder<'_> {
                     let out = port_type.writer_output(w);
                     // With the API on, the encoded size of the records it sends.
                     list.push(
-                        match self.metrics.and_then(|m| m.node(node)?.bytes_out.clone()) {
+                        match self
+                            .metrics
+                            .filter(|_| job.cfg.measure_bytes)
+                            .and_then(|m| m.node(node)?.bytes_out.clone())
+                        {
                             Some(bytes) => {
                                 let edge = &job.graph.nodes[c.node].inputs[c.gate];
                                 let copies = match edge.kind() {
@@ -421,7 +425,9 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
                 let readers = readers
                     .take()
                     .ok_or_else(|| Error::Config("internal: missing readers".into()))?;
-                let bytes = counted.and_then(|m| m.node(spec.head)?.bytes_in.clone());
+                let bytes = counted
+                    .filter(|_| job.cfg.measure_bytes)
+                    .and_then(|m| m.node(spec.head)?.bytes_in.clone());
                 gates.push(match bytes {
                     Some(b) => edge.exchange.bind_metered(readers, input, b)?,
                     None => edge.exchange.bind(readers, input)?,
