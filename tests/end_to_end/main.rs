@@ -21,6 +21,7 @@ mod operators;
 mod parallelism;
 mod process_functions;
 mod rest_api;
+mod rest_figures;
 mod rest_secret;
 mod sources_sinks;
 mod state_kinds;

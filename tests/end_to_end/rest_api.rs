@@ -679,6 +679,7 @@ fn a_cluster_coordinator_serves_the_api_and_stops_the_cluster_through_it() {
     let coordinator = Env::new()
         .parallelism(2)
         .web_address("127.0.0.1:0")
+        .measure_bytes(true)
         .checkpoints(CheckpointConfig::new(dir.path()).interval(Duration::from_millis(20)))
         .cluster(ClusterConfig::coordinator(&address, 1, vec![]));
     build(&coordinator);
@@ -692,6 +693,7 @@ fn a_cluster_coordinator_serves_the_api_and_stops_the_cluster_through_it() {
             let joined = join(&address, 2, Duration::from_secs(30)).expect("join");
             let env = Env::new()
                 .parallelism(2)
+                .measure_bytes(true)
                 .checkpoints(CheckpointConfig::new(&dir).interval(Duration::from_millis(20)))
                 .cluster(ClusterConfig::worker(joined));
             held(&env, 100, &release)
@@ -724,6 +726,9 @@ fn a_cluster_coordinator_serves_the_api_and_stops_the_cluster_through_it() {
     assert_eq!(operator(&ops, "sum")["parallelism"], 2);
     assert_eq!(ops["edges"].as_array().unwrap().len(), 2);
     assert_eq!(operator(&ops, "numbers")["records_out"], 100);
+    // 1..=100 without timestamps: one byte each, and nine for the missing timestamp.
+    assert_eq!(operator(&ops, "numbers")["bytes_out"], 1000, "{ops:#}");
+    assert_eq!(operator(&ops, "sum")["bytes_in"], 1000, "{ops:#}");
     for s in operator(&ops, "sum")["subtasks"].as_array().unwrap() {
         assert_eq!(s["running"], true, "{ops:#}");
         let total = s["busy_ratio"].as_f64().unwrap()

@@ -10,6 +10,7 @@ mod chaos;
 mod dead_letters;
 mod errors;
 mod identity;
+mod lag;
 mod lifecycle;
 mod rest;
 mod source;

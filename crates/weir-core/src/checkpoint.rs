@@ -169,6 +169,11 @@ pub trait Checkpointed {
         let _ = id;
         Ok(())
     }
+    /// The size of the live state these hooks snapshot, in bytes, if known (the keyed
+    /// state backend's estimate). Asked at most once a second, on the task's thread.
+    fn state_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// One registered participant of a task.
@@ -212,6 +217,19 @@ impl Participants {
             }
         }
         Ok(out)
+    }
+
+    /// The live state size each operator's participants know of (see
+    /// [`Checkpointed::state_bytes`]), summed per operator id; operators that know none
+    /// are left out.
+    pub fn state_bytes(&self) -> BTreeMap<String, u64> {
+        let mut out: BTreeMap<String, u64> = BTreeMap::new();
+        for p in self.inner.borrow().iter() {
+            if let Some(b) = p.hooks.borrow().state_bytes() {
+                *out.entry(p.operator_id.clone()).or_default() += b;
+            }
+        }
+        out
     }
 
     /// Tells every participant that `id` completed.

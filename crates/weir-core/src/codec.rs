@@ -35,6 +35,20 @@ pub fn encode_into<T: Serialize + ?Sized>(value: &T, buf: &mut Vec<u8>) -> Resul
         .map_err(|e| Error::Codec(e.to_string()))
 }
 
+/// The size of a value's encoding, without encoding it to memory (a walk of the value
+/// that adds up lengths).
+///
+/// ```
+/// let v = (7u64, "abc".to_string());
+/// assert_eq!(weir_core::codec::encoded_size(&v).unwrap(), weir_core::codec::encode(&v).unwrap().len());
+/// ```
+pub fn encoded_size<T: Serialize + ?Sized>(value: &T) -> Result<usize> {
+    let mut size = bincode::enc::write::SizeWriter::default();
+    bincode::serde::encode_into_writer(value, &mut size, config())
+        .map_err(|e| Error::Codec(e.to_string()))?;
+    Ok(size.bytes_written)
+}
+
 /// Decodes a value; trailing bytes are an error.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     let (v, used) = bincode::serde::decode_from_slice(bytes, config())

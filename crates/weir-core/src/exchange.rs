@@ -16,6 +16,9 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::sync::Arc;
 
+mod bytes;
+pub use bytes::{Metered, record_size};
+
 /// What travels on a channel between two subtasks.
 #[derive(Debug)]
 pub enum Msg<T> {
@@ -229,6 +232,17 @@ pub trait Exchange: Send + Sync {
     /// `Box<dyn Any>`) it feeds.
     fn bind(&self, readers: Box<dyn Any + Send>, input: Box<dyn Any>)
     -> Result<Box<dyn InputGate>>;
+    /// Like [`Exchange::bind`], and the gate adds the encoded size of the records it
+    /// delivers (see [`record_size`]) to `bytes`.
+    fn bind_metered(
+        &self,
+        readers: Box<dyn Any + Send>,
+        input: Box<dyn Any>,
+        bytes: Arc<std::sync::atomic::AtomicU64>,
+    ) -> Result<Box<dyn InputGate>> {
+        let _ = bytes;
+        self.bind(readers, input)
+    }
 }
 
 /// A typed edge.
@@ -265,6 +279,26 @@ impl<T: Data> Exchange for TypedExchange<T> {
         readers: Box<dyn Any + Send>,
         input: Box<dyn Any>,
     ) -> Result<Box<dyn InputGate>> {
+        self.gate(readers, input, None)
+    }
+
+    fn bind_metered(
+        &self,
+        readers: Box<dyn Any + Send>,
+        input: Box<dyn Any>,
+        bytes: Arc<std::sync::atomic::AtomicU64>,
+    ) -> Result<Box<dyn InputGate>> {
+        self.gate(readers, input, Some(bytes))
+    }
+}
+
+impl<T: Data> TypedExchange<T> {
+    fn gate(
+        &self,
+        readers: Box<dyn Any + Send>,
+        input: Box<dyn Any>,
+        bytes: Option<Arc<std::sync::atomic::AtomicU64>>,
+    ) -> Result<Box<dyn InputGate>> {
         let receivers = *readers
             .downcast::<Vec<Receiver<Msg<T>>>>()
             .map_err(|_| Error::Config("internal: receiver type mismatch".into()))?;
@@ -274,6 +308,7 @@ impl<T: Data> Exchange for TypedExchange<T> {
         Ok(Box::new(TypedGate {
             receivers,
             input: RefCell::new(input),
+            bytes,
         }))
     }
 }
@@ -530,6 +565,8 @@ pub trait InputGate {
 struct TypedGate<T> {
     receivers: Vec<Receiver<Msg<T>>>,
     input: RefCell<Box<dyn Output<T>>>,
+    /// Where the encoded size of delivered records is added (the REST API is on).
+    bytes: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 impl<T: Data> InputGate for TypedGate<T> {
@@ -545,6 +582,10 @@ impl<T: Data> InputGate for TypedGate<T> {
         match op.recv(&self.receivers[ch]) {
             Ok(Msg::Batch(batch)) => {
                 let n = batch.len();
+                if let Some(bytes) = &self.bytes {
+                    let size: usize = batch.iter().map(|(v, ts)| record_size(v, *ts)).sum();
+                    bytes.fetch_add(size as u64, std::sync::atomic::Ordering::Relaxed);
+                }
                 let mut input = self.input.borrow_mut();
                 for (v, ts) in batch {
                     input.record(v, ts)?;

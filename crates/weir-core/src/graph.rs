@@ -114,6 +114,9 @@ pub struct BuildContext<'a> {
     /// The checkpoint interval and timeout, when the job takes checkpoints (a transactional
     /// sink checks its transaction timeout against them).
     pub checkpoint_timing: Option<(std::time::Duration, std::time::Duration)>,
+    /// Where a source subtask reports the partitions it reads (see
+    /// [`SourceFigures`](crate::dsl::SourceFigures)); other operators ignore it.
+    pub source_figures: &'a crate::dsl::SourceFigures,
 }
 
 /// A subtask's built operator.
@@ -189,6 +192,19 @@ pub trait PortType: Send + Sync {
         let _ = (records, watermark);
         output
     }
+    /// Wraps a channel writer's output (`Box<dyn Output<T>>`) in a
+    /// [`crate::exchange::Metered`] that adds the encoded size of each record it takes,
+    /// times `copies` (the channels a broadcast writes it to), to `bytes`. The default
+    /// returns the output unwrapped (nothing is measured).
+    fn metered(
+        &self,
+        output: Box<dyn Any>,
+        bytes: Arc<std::sync::atomic::AtomicU64>,
+        copies: u64,
+    ) -> Box<dyn Any> {
+        let _ = (bytes, copies);
+        output
+    }
 }
 
 /// The [`PortType`] of `T`.
@@ -244,6 +260,19 @@ impl<T: crate::data::Data> PortType for Port<T> {
             .expect("internal: output type mismatch");
         let out: Box<dyn Output<T>> =
             Box::new(crate::output::Counted::new(inner, records, watermark));
+        Box::new(out)
+    }
+
+    fn metered(
+        &self,
+        output: Box<dyn Any>,
+        bytes: Arc<std::sync::atomic::AtomicU64>,
+        copies: u64,
+    ) -> Box<dyn Any> {
+        let inner = *output
+            .downcast::<Box<dyn Output<T>>>()
+            .expect("internal: output type mismatch");
+        let out: Box<dyn Output<T>> = Box::new(crate::exchange::Metered::new(inner, bytes, copies));
         Box::new(out)
     }
 }

@@ -207,6 +207,7 @@ struct PartState {
     end: Option<i64>,
 }
 
+mod lag;
 mod snapshot;
 use snapshot::{PartEventTime, decode_snapshot, encode_snapshot};
 
@@ -215,6 +216,8 @@ struct Part {
     done: bool,
     max_ts: Timestamp,
     last_record: Instant,
+    /// The partition's figures, also on `/metrics` (see `lag`).
+    gauges: lag::Gauges,
 }
 
 /// One subtask of a [`KafkaSource`].
@@ -231,6 +234,11 @@ pub struct KafkaSourceFunction<T> {
     snapshots: VecDeque<TopicPartitionList>,
     watermark: Timestamp,
     idle: bool,
+    /// The operator name and the figures of this subtask's partitions.
+    operator: String,
+    figures: weir_core::dsl::SourceFigures,
+    /// Reads the partitions' high watermarks once a second while the subtask lives.
+    probe: Option<lag::Probe>,
 }
 
 impl<T: 'static> KafkaSourceFunction<T> {
@@ -239,6 +247,9 @@ impl<T: 'static> KafkaSourceFunction<T> {
             cfg,
             subtask: ctx.subtask,
             parallelism: ctx.parallelism.max(1),
+            operator: ctx.operator,
+            figures: ctx.figures,
+            probe: None,
             parts: Vec::new(),
             restored: None,
             restored_event_time: Vec::new(),
@@ -332,11 +343,15 @@ impl<T: 'static> KafkaSourceFunction<T> {
                 tpl.add_partition_offset(&s.topic, s.partition, Offset::Offset(s.next))
                     .map_err(|e| KafkaError::Broker(e.to_string()))?;
             }
+            let gauges = lag::Gauges::register(&self.operator, self.subtask, &s.topic, s.partition);
+            gauges.publish(s.next);
+            self.figures.add_partition(gauges.figures());
             self.parts.push(Part {
                 state: s,
                 done,
                 max_ts,
                 last_record: Instant::now(),
+                gauges,
             });
         }
         let consumer = self.consumer.as_ref().expect("created in open");
@@ -488,6 +503,14 @@ impl<T: 'static> KafkaSourceFunction<T> {
             if p.state.end.is_some_and(|end| p.state.next >= end) {
                 p.done = true;
             }
+            p.gauges.publish(p.state.next);
+        }
+    }
+
+    /// Publishes every partition's position (once per batch: a relaxed store each).
+    fn publish_positions(&self) {
+        for p in &self.parts {
+            p.gauges.publish(p.state.next);
         }
     }
 }
@@ -524,6 +547,11 @@ impl<T: 'static> SourceFunction<T> for KafkaSourceFunction<T> {
             .map_err(|e| KafkaError::Config(format!("cannot create a Kafka consumer: {e}")))?;
         self.consumer = Some(Arc::new(c));
         self.assign()?;
+        self.probe = Some(lag::Probe::start(
+            &self.cfg.brokers,
+            self.cfg.read_committed,
+            self.parts.iter().map(|p| p.gauges.clone()).collect(),
+        ));
         Ok(())
     }
 
@@ -615,6 +643,7 @@ impl<T: 'static> SourceFunction<T> for KafkaSourceFunction<T> {
                 }
             }
         }
+        self.publish_positions();
         self.emit_watermark(out)?;
         if n == 0 {
             if self.cfg.bounded && self.parts.iter().all(|p| p.done) {

@@ -51,6 +51,11 @@ pub struct JobConfig {
     /// TLS on the cluster's connections (mutual: certificates of one CA) and on the REST
     /// API (`None`: plain text).
     pub tls: Option<crate::Tls>,
+    /// With the REST API on, also measure the bytes records take on channels between tasks
+    /// (`bytes_in` / `bytes_out` of `/v1/operators`; otherwise `null`). Records cross
+    /// channels in one process unencoded, so their encoded size is computed on each side:
+    /// a cost per record that a job of small records notices (docs/operations.md).
+    pub measure_bytes: bool,
     /// Runs the job as part of a cluster (coordinator or worker); `None` runs it in this
     /// process alone.
     pub cluster: Option<crate::cluster::ClusterConfig>,
@@ -171,6 +176,7 @@ impl Default for JobConfig {
             web_address: None,
             secret: None,
             tls: None,
+            measure_bytes: false,
             cluster: None,
             log_format: None,
         }

@@ -21,6 +21,7 @@ use weir_core::graph::{Graph, NodeKind};
 use weir_core::ids::CheckpointId;
 use weir_core::time::{MAX_WATERMARK, MIN_WATERMARK};
 
+mod partitions;
 mod task;
 use task::Totals;
 pub(crate) use task::{NodeCells, NodeFigures, TaskFigures, TaskMetrics};
@@ -146,6 +147,8 @@ pub(crate) struct JobStatus {
     /// every output; see `task`): on when the job serves its REST API, or, on a cluster
     /// worker, when its coordinator does.
     detailed: AtomicBool,
+    /// Channel bytes are measured too (`JobConfig::measure_bytes`).
+    measure_bytes: bool,
     operators: Vec<OperatorInfo>,
     edges: Vec<EdgeInfo>,
     parallelism: usize,
@@ -234,6 +237,7 @@ impl JobStatus {
             name: name.to_string(),
             start_ms: crate::task::now_ms(),
             detailed: AtomicBool::new(detailed),
+            measure_bytes: cfg.measure_bytes,
             operators,
             edges,
             parallelism: cfg.parallelism,
@@ -265,6 +269,11 @@ impl JobStatus {
     /// True when operators count their records (see the field).
     pub(crate) fn detailed(&self) -> bool {
         self.detailed.load(Ordering::Relaxed)
+    }
+
+    /// True when channel bytes are measured (the API is on and the job asked for them).
+    fn bytes(&self) -> bool {
+        self.measure_bytes && self.detailed()
     }
 
     /// A cluster worker whose coordinator serves the API counts records too.
@@ -303,6 +312,10 @@ impl JobStatus {
                             records_out: load(&n.records_out),
                             watermark_in: n.watermark_in.load(Ordering::Relaxed),
                             watermark_out: n.watermark_out.load(Ordering::Relaxed),
+                            bytes_in: task::load(&n.bytes_in).filter(|_| self.measure_bytes),
+                            bytes_out: task::load(&n.bytes_out).filter(|_| self.measure_bytes),
+                            state_bytes: task::state(&n.state_bytes),
+                            partitions: n.partition_figures(),
                         })
                         .collect(),
                 }
@@ -357,6 +370,21 @@ impl JobStatus {
                 cells
                     .watermark_out
                     .store(n.watermark_out, Ordering::Relaxed);
+                cells
+                    .state_bytes
+                    .store(n.state_bytes.unwrap_or(task::NO_STATE), Ordering::Relaxed);
+                for (c, v) in [
+                    (&cells.bytes_in, n.bytes_in),
+                    (&cells.bytes_out, n.bytes_out),
+                ] {
+                    if let (Some(c), Some(v)) = (c, v) {
+                        c.store(v, Ordering::Relaxed);
+                    }
+                }
+                *cells
+                    .remote_partitions
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = n.partitions;
             }
         }
     }
@@ -738,6 +766,8 @@ impl JobStatus {
                     "running": !ended,
                     "records_in": self.detailed().then_some(rin),
                     "records_out": self.detailed().then_some(rout),
+                    "bytes_in": task::load(&cells.bytes_in).filter(|_| self.bytes()),
+                    "bytes_out": task::load(&cells.bytes_out).filter(|_| self.bytes()),
                     "records_in_per_second": self.detailed().then(|| rate(rin, prev.nodes[pos].0)),
                     "records_out_per_second": self.detailed().then(|| rate(rout, prev.nodes[pos].1)),
                     "busy_ratio": busy,
@@ -748,6 +778,7 @@ impl JobStatus {
                     "backpressured_ms": cur.backpressured / 1_000_000,
                     "watermark": watermark,
                     "watermark_lag_ms": lag,
+                    "state_bytes": task::state(&cells.state_bytes).filter(|_| self.detailed()),
                     "checkpointed_state_bytes": (self.checkpoint_config.is_some()).then_some(state),
                     "metrics": metrics,
                 }));
@@ -797,6 +828,13 @@ impl JobStatus {
             );
             o.insert("watermark".into(), serde_json::json!(watermark));
             o.insert("watermark_lag_ms".into(), serde_json::json!(lag));
+            o.insert("bytes_in".into(), partitions::sum(&subtasks, "bytes_in"));
+            o.insert("bytes_out".into(), partitions::sum(&subtasks, "bytes_out"));
+            o.insert(
+                "state_bytes".into(),
+                partitions::sum(&subtasks, "state_bytes"),
+            );
+            o.insert("partitions".into(), partitions::view(op.id, &tasks));
             o.insert("subtasks".into(), serde_json::Value::Array(subtasks));
             operators.push(v);
         }

@@ -187,6 +187,8 @@ struct Builder<'a> {
     participants: &'a Participants,
     /// Set when operators count their records (the job serves its REST API).
     metrics: Option<&'a crate::status::TaskMetrics>,
+    /// The task's figures, counted or not (sources report their partitions there).
+    figures: &'a crate::status::TaskMetrics,
 }
 
 impl Builder<'_> {
@@ -213,7 +215,27 @@ impl Builder<'_> {
                         .writers
                         .remove(&(node, port, c.node, c.gate))
                         .ok_or_else(|| Error::Config("internal: missing channel writer".into()))?;
-                    list.push(port_type.writer_output(w));
+                    let out = port_type.writer_output(w);
+                    // With the API on, the encoded size of the records it sends.
+                    list.push(
+                        match self
+                            .metrics
+                            .filter(|_| job.cfg.measure_bytes)
+                            .and_then(|m| m.node(node)?.bytes_out.clone())
+                        {
+                            Some(bytes) => {
+                                let edge = &job.graph.nodes[c.node].inputs[c.gate];
+                                let copies = match edge.kind() {
+                                    weir_core::exchange::PartitionKind::Broadcast => {
+                                        job.plan.parallelism[c.node] as u64
+                                    }
+                                    _ => 1,
+                                };
+                                port_type.metered(out, bytes, copies)
+                            }
+                            None => out,
+                        },
+                    );
                 }
             }
             let out = port_type.fan_out(list);
@@ -247,6 +269,11 @@ impl Builder<'_> {
             })
         };
         let operator_id = spec.operator_id();
+        let source_figures = self
+            .figures
+            .node(node)
+            .map(|c| c.partitions.clone())
+            .unwrap_or_default();
         let ctx = BuildContext {
             name: &spec.name,
             subtask: self.subtask,
@@ -258,6 +285,7 @@ impl Builder<'_> {
             restore,
             checkpointing: job.cfg.checkpoint.is_some(),
             checkpoint_timing: job.cfg.checkpoint.as_ref().map(|c| (c.interval, c.timeout)),
+            source_figures: &source_figures,
         };
         spec.factory.build(&ctx, outputs)
     }
@@ -271,9 +299,31 @@ struct Checkpoints<'a> {
     last_snapshot: Option<CheckpointId>,
     /// The last checkpoint this task was told completed.
     last_complete: Option<CheckpointId>,
+    /// When the live state size was last measured (see `measure_state`).
+    state_measured: Option<Instant>,
 }
 
 impl Checkpoints<'_> {
+    /// With the API on, stores the live state size of the task's operators (their state
+    /// backends' estimates), at most once a second unless `now`.
+    fn measure_state(&mut self, job: &JobShared, now: bool) {
+        if !job.status.detailed()
+            || (!now
+                && self
+                    .state_measured
+                    .is_some_and(|t| t.elapsed() < Duration::from_secs(1)))
+        {
+            return;
+        }
+        self.state_measured = Some(Instant::now());
+        let sizes = self.participants.state_bytes();
+        for n in &self.spec.metrics.nodes {
+            if let Some(b) = sizes.get(&job.graph.nodes[n.node].operator_id()) {
+                n.state_bytes.store(*b, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Snapshots the task's operators; `watermark` is the watermark of the task's inputs
     /// (tasks with inputs), recorded with each of its operators.
     fn snapshot(
@@ -348,6 +398,7 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
         restore: &spec.restore,
         participants: &participants,
         metrics: counted,
+        figures: &metrics,
     }
     .build_node(spec.head)?;
     spec.start.arrive();
@@ -357,6 +408,7 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
         participants,
         last_snapshot: None,
         last_complete: None,
+        state_measured: None,
     };
     match built {
         Built::Source(src) => {
@@ -373,7 +425,13 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
                 let readers = readers
                     .take()
                     .ok_or_else(|| Error::Config("internal: missing readers".into()))?;
-                gates.push(edge.exchange.bind(readers, input)?);
+                let bytes = counted
+                    .filter(|_| job.cfg.measure_bytes)
+                    .and_then(|m| m.node(spec.head)?.bytes_in.clone());
+                gates.push(match bytes {
+                    Some(b) => edge.exchange.bind_metered(readers, input, b)?,
+                    None => edge.exchange.bind(readers, input)?,
+                });
             }
             // Records in are counted per batch and watermarks as they are forwarded.
             let cells = counted.and_then(|m| m.node(spec.head));
@@ -730,6 +788,7 @@ fn run_operator(
         if now != last_tick {
             last_tick = now;
             target.send(Control::Tick(now))?;
+            ck.measure_state(job, false);
         }
     }
     // Sinks commit on completion: stay until the last snapshot is known complete.
@@ -744,6 +803,8 @@ fn run_operator(
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Err(Error::Cancelled),
         }
     }
+    // The state at the end, after the last snapshot.
+    ck.measure_state(job, true);
     if tracker.current() < MAX_WATERMARK {
         target.send(Control::Watermark(MAX_WATERMARK))?;
     }

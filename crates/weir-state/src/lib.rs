@@ -185,4 +185,8 @@ impl KeyedStateBackend for MemoryBackend {
     fn entries(&self) -> usize {
         self.tables.values().map(|t| t.entries()).sum()
     }
+
+    fn live_bytes(&self) -> Option<u64> {
+        Some(self.tables.values().filter_map(|t| t.live_bytes()).sum())
+    }
 }

@@ -229,6 +229,20 @@ impl Env {
         self
     }
 
+    /// With the REST API on ([`Env::web_address`]), also measures the encoded size of the
+    /// records that cross channels between tasks (`bytes_in` / `bytes_out`). Off by
+    /// default: it costs a walk of every such record on each side of its channel. On a
+    /// cluster, set it on the workers too (they measure).
+    ///
+    /// ```
+    /// let env = weir::Env::new().web_address("127.0.0.1:0").measure_bytes(true);
+    /// assert!(env.config().measure_bytes);
+    /// ```
+    pub fn measure_bytes(mut self, on: bool) -> Self {
+        self.config.measure_bytes = on;
+        self
+    }
+
     /// Runs the job as part of a cluster: as its coordinator, or as a worker on a
     /// connection made by [`cluster::join`]. Every process builds the same pipeline.
     pub fn cluster(mut self, cluster: weir_runtime::ClusterConfig) -> Self {

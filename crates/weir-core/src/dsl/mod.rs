@@ -7,6 +7,7 @@
 
 mod connected;
 mod dedup;
+mod figures;
 mod keyed;
 mod process;
 mod sources;
@@ -15,6 +16,7 @@ mod stream;
 mod windowed;
 
 pub use connected::{ConnectedStreams, JoinedStreams, KeyedConnectedStreams, WindowedJoin};
+pub use figures::{PartitionFigures, PartitionGauges, SourceFigures};
 pub use keyed::KeyedStream;
 pub use sources::{GeneratorSource, SOURCE_BATCH, SourceContext, SourceFunction, SourceOutput};
 pub use splits::SplitPositions;

@@ -1,6 +1,7 @@
 //! Sources: the [`SourceFunction`] trait and the built-in sources (collections and
 //! iterators, line-by-line text files, and the benchmark generator).
 
+use super::figures::SourceFigures;
 use super::{NodeDesc, Pipeline, Stream};
 use crate::checkpoint::{Checkpointed, OperatorSnapshot};
 use crate::codec;
@@ -22,13 +23,46 @@ use std::sync::{Arc, Mutex};
 /// Records a source emits per poll before the runtime checks for cancellation and ticks.
 pub const SOURCE_BATCH: usize = 1024;
 
-/// Which subtask a source instance is.
-#[derive(Debug, Clone, Copy)]
+/// Which subtask a source instance is, and where it reports its figures.
+///
+/// ```
+/// use weir_core::dsl::SourceContext;
+/// let ctx = SourceContext::new(1, 2).operator("clicks");
+/// assert_eq!((ctx.subtask, ctx.parallelism, ctx.operator.as_str()), (1, 2, "clicks"));
+/// assert!(ctx.figures.partitions().is_empty());
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct SourceContext {
     /// This subtask's index.
     pub subtask: usize,
     /// The source's parallelism.
     pub parallelism: usize,
+    /// The source's operator name (as given to `Pipeline::source`): the `operator` label
+    /// of the metrics it registers.
+    pub operator: String,
+    /// Where the source reports the partitions it reads and its position in each (read
+    /// by the runtime's REST API).
+    pub figures: SourceFigures,
+}
+
+impl SourceContext {
+    /// Subtask `subtask` of `parallelism`, with an empty operator name and figures nobody
+    /// reads (for tests and for sources built outside a job).
+    pub fn new(subtask: usize, parallelism: usize) -> Self {
+        SourceContext {
+            subtask,
+            parallelism,
+            operator: String::new(),
+            figures: SourceFigures::default(),
+        }
+    }
+
+    /// The same context with the operator name `name`.
+    pub fn operator(mut self, name: &str) -> Self {
+        self.operator = name.to_string();
+        self
+    }
 }
 
 /// Where a source emits its records.
@@ -260,8 +294,10 @@ impl Pipeline {
                 let sctx = SourceContext {
                     subtask: ctx.subtask,
                     parallelism: ctx.parallelism,
+                    operator: ctx.name.to_string(),
+                    figures: ctx.source_figures.clone(),
                 };
-                let mut src = make(sctx);
+                let mut src = make(sctx.clone());
                 if let Some(r) = ctx.restore {
                     guard(&info, || src.restore(&r.operator, &sctx))?;
                 }

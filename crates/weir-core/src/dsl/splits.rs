@@ -28,15 +28,15 @@ struct SplitState {
 ///
 /// ```
 /// use weir_core::dsl::{SourceContext, SplitPositions};
-/// let ctx = SourceContext { subtask: 1, parallelism: 2 };
+/// let ctx = SourceContext::new(1, 2);
 /// let mut p = SplitPositions::new(5, &ctx);
 /// assert_eq!(p.positions().keys().copied().collect::<Vec<_>>(), vec![1, 3]);
 /// *p.positions_mut().get_mut(&3).unwrap() = 7;
 /// let (bytes, desc) = p.snapshot().unwrap();
 /// assert_eq!(desc, "split 1/5: 0, split 3/5: 7");
 /// // Restored into one subtask: it owns every split, with the saved positions.
-/// let mut one = SplitPositions::new(1, &SourceContext { subtask: 0, parallelism: 1 });
-/// one.restore(&[bytes], &SourceContext { subtask: 0, parallelism: 1 }).unwrap();
+/// let mut one = SplitPositions::new(1, &SourceContext::new(0, 1));
+/// one.restore(&[bytes], &SourceContext::new(0, 1)).unwrap();
 /// assert_eq!(one.total(), 5);
 /// assert_eq!(one.positions().get(&3), Some(&7));
 /// ```
@@ -243,7 +243,7 @@ impl SourceFunction<String> for TextFileSource {
 ///
 /// ```
 /// use weir_core::dsl::{GeneratorSource, SourceContext};
-/// let g = GeneratorSource::new(10, 3, SourceContext { subtask: 1, parallelism: 2 });
+/// let g = GeneratorSource::new(10, 3, SourceContext::new(1, 2));
 /// assert_eq!(g.indices().collect::<Vec<_>>(), vec![1, 3, 5, 7, 9]);
 /// ```
 pub struct GeneratorSource {

@@ -59,6 +59,35 @@ impl<K, UK, UV> Default for HeapMapTable<K, UK, UV> {
 
 pub(super) struct Info<T>(pub(super) Rc<RefCell<T>>);
 
+/// Entries whose size [`live_bytes`] adds up exactly; beyond, it extrapolates from them.
+pub const SIZE_SAMPLE: usize = 1000;
+
+/// The encoded size of `len` `(key, entry)` pairs that `items` iterates: exact up to
+/// [`SIZE_SAMPLE`] entries, otherwise `len` times the mean size of the first
+/// [`SIZE_SAMPLE`] (a walk of at most that many entries, whatever the table's size).
+///
+/// ```
+/// use weir_core::state::live_bytes;
+/// let entries = [("a".to_string(), 1u64), ("bb".to_string(), 300u64)];
+/// // "a": 1 + 1 bytes, 1: 1 byte; "bb": 1 + 2, 300: 3 bytes.
+/// assert_eq!(live_bytes(2, entries.iter().map(|(k, v)| (k, v))), 9);
+/// ```
+pub fn live_bytes<'a, K: Serialize + 'a, E: Serialize + 'a>(
+    len: usize,
+    items: impl Iterator<Item = (&'a K, &'a E)>,
+) -> u64 {
+    let (mut n, mut bytes) = (0u64, 0u64);
+    for (k, e) in items.take(SIZE_SAMPLE) {
+        bytes += codec::encoded_size(&(k, e)).unwrap_or(0) as u64;
+        n += 1;
+    }
+    if n == 0 || n == len as u64 {
+        bytes
+    } else {
+        bytes * len as u64 / n
+    }
+}
+
 /// Encodes `(key, entry)` pairs grouped by the key group of the key.
 pub fn encode_by_key_group<'a, K: Key + 'a, E: Serialize>(
     max_parallelism: usize,
@@ -92,6 +121,10 @@ impl<K: Key, V: Data> StateTableInfo for Info<HeapValueTable<K, V>> {
     fn entries(&self) -> usize {
         self.0.borrow().map.len()
     }
+    fn live_bytes(&self) -> Option<u64> {
+        let t = self.0.borrow();
+        Some(live_bytes(t.map.len(), t.map.iter()))
+    }
     fn snapshot(&self, max_parallelism: usize) -> Result<KeyGroupBlobs> {
         encode_by_key_group(max_parallelism, self.0.borrow().map.iter())
     }
@@ -107,6 +140,10 @@ impl<K: Key, V: Data> StateTableInfo for Info<HeapListTable<K, V>> {
     fn entries(&self) -> usize {
         self.0.borrow().map.len()
     }
+    fn live_bytes(&self) -> Option<u64> {
+        let t = self.0.borrow();
+        Some(live_bytes(t.map.len(), t.map.iter()))
+    }
     fn snapshot(&self, max_parallelism: usize) -> Result<KeyGroupBlobs> {
         encode_by_key_group(max_parallelism, self.0.borrow().map.iter())
     }
@@ -121,6 +158,10 @@ impl<K: Key, V: Data> StateTableInfo for Info<HeapListTable<K, V>> {
 impl<K: Key, UK: Key, UV: Data> StateTableInfo for Info<HeapMapTable<K, UK, UV>> {
     fn entries(&self) -> usize {
         self.0.borrow().map.len()
+    }
+    fn live_bytes(&self) -> Option<u64> {
+        let t = self.0.borrow();
+        Some(live_bytes(t.map.len(), t.map.iter()))
     }
     fn snapshot(&self, max_parallelism: usize) -> Result<KeyGroupBlobs> {
         encode_by_key_group(max_parallelism, self.0.borrow().map.iter())

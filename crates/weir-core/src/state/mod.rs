@@ -15,7 +15,8 @@ mod heap;
 pub use cached::{CachedTable, Changes, store_key};
 
 pub use heap::{
-    HeapListTable, HeapMapTable, HeapValueTable, decode_key_groups, encode_by_key_group,
+    HeapListTable, HeapMapTable, HeapValueTable, SIZE_SAMPLE, decode_key_groups,
+    encode_by_key_group, live_bytes,
 };
 
 use crate::checkpoint::{Checkpointed, KeyGroupBlobs, OperatorSnapshot};
@@ -39,6 +40,9 @@ impl Checkpointed for BackendHooks {
             deferred: s.deferred.into_iter().collect(),
             watermark: None,
         })
+    }
+    fn state_bytes(&self) -> Option<u64> {
+        self.0.borrow().live_bytes()
     }
 }
 
@@ -91,6 +95,13 @@ pub trait StateTableInfo {
     fn take_changes(&self) -> Result<Option<Changes>> {
         Ok(None)
     }
+    /// The encoded size of the table's live entries (keys and values, weir's codec):
+    /// exact for a table of up to [`heap::SIZE_SAMPLE`] entries, otherwise the entry count
+    /// times the mean size of that many entries. `None` when the table does not know
+    /// (persistent tables: their store reports for them).
+    fn live_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A keyed state backend: the store that holds an operator's keyed state tables.
@@ -110,6 +121,11 @@ pub trait KeyedStateBackend {
     /// The persistent store behind this backend, if any: value, list and map states are
     /// then kept there behind a write-back cache.
     fn store(&self) -> Option<Rc<dyn KvStore>> {
+        None
+    }
+    /// An estimate of the live state's size in bytes (see
+    /// [`StateTableInfo::live_bytes`]); `None` when the backend cannot tell.
+    fn live_bytes(&self) -> Option<u64> {
         None
     }
 }

@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use weir_core::checkpoint::OperatorSnapshot;
 
 /// Version of the protocol; a worker of another version is refused.
-pub(crate) const PROTOCOL: u32 = 3;
+pub(crate) const PROTOCOL: u32 = 4;
 
 /// Largest frame accepted (a checkpoint acknowledgement carries the state files).
 pub(crate) const MAX_FRAME: usize = 1 << 30;

@@ -3,9 +3,10 @@
 
 use crate::plan::Plan;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use weir_core::dsl::{PartitionFigures, SourceFigures};
 use weir_core::graph::Graph;
 use weir_core::time::MIN_WATERMARK;
 
@@ -20,6 +21,33 @@ pub(crate) struct NodeCells {
     pub watermark_in: Arc<AtomicI64>,
     /// The last watermark out of the node (sources and operators).
     pub watermark_out: Arc<AtomicI64>,
+    /// The encoded size of the records the node took off channels from other tasks
+    /// (`None`: it has no such input: a source, or chained to its upstream).
+    pub bytes_in: Option<Arc<AtomicU64>>,
+    /// The encoded size of the records the node put on channels to other tasks (`None`:
+    /// it has no such output: a sink, or only chained consumers).
+    pub bytes_out: Option<Arc<AtomicU64>>,
+    /// The live state size its state backend estimates (`u64::MAX`: unknown, or no keyed
+    /// state), measured by the task at most once a second with the API on.
+    pub state_bytes: Arc<AtomicU64>,
+    /// The partitions a source reads, as it reports them (empty for other nodes).
+    pub partitions: SourceFigures,
+    /// A cluster coordinator: the partitions as the worker last reported them.
+    pub(super) remote_partitions: Mutex<Vec<PartitionFigures>>,
+}
+
+impl NodeCells {
+    /// The partitions this node reads (a source), with their current figures.
+    pub(super) fn partition_figures(&self) -> Vec<PartitionFigures> {
+        let local = self.partitions.partitions();
+        if !local.is_empty() {
+            return local;
+        }
+        self.remote_partitions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 /// The figures of one running subtask (task = chain of operators), updated by its thread.
@@ -64,6 +92,15 @@ impl TaskMetrics {
                 records_out: graph.nodes[n].outputs.iter().map(|_| cell()).collect(),
                 watermark_in,
                 watermark_out: Arc::new(AtomicI64::new(MIN_WATERMARK)),
+                bytes_in: (!graph.nodes[n].inputs.is_empty() && !plan.chained[n]).then(cell),
+                bytes_out: graph
+                    .nodes
+                    .iter()
+                    .any(|c| c.inputs.iter().any(|e| e.from.0 == n) && !plan.chained[c.id.0])
+                    .then(cell),
+                state_bytes: Arc::new(AtomicU64::new(NO_STATE)),
+                partitions: SourceFigures::default(),
+                remote_partitions: Mutex::new(Vec::new()),
             });
         }
         TaskMetrics {
@@ -144,6 +181,13 @@ pub(crate) struct NodeFigures {
     pub records_out: Vec<u64>,
     pub watermark_in: i64,
     pub watermark_out: i64,
+    /// Encoded bytes in from and out to channels (`None`: the node has none).
+    pub bytes_in: Option<u64>,
+    pub bytes_out: Option<u64>,
+    /// The live state size, if known.
+    pub state_bytes: Option<u64>,
+    /// The partitions a source reads.
+    pub partitions: Vec<PartitionFigures>,
 }
 
 pub(super) fn cell() -> Arc<AtomicU64> {
@@ -162,4 +206,17 @@ pub(super) struct Totals {
     pub(super) backpressured: u64,
     /// (records in, records out) per node of the chain, in `TaskMetrics::nodes` order.
     pub(super) nodes: Vec<(u64, u64)>,
+}
+
+/// The value of an optional cell.
+pub(super) fn load(cell: &Option<Arc<AtomicU64>>) -> Option<u64> {
+    cell.as_ref().map(|c| c.load(Ordering::Relaxed))
+}
+
+/// The value of a `state_bytes` cell before anything was measured.
+pub(super) const NO_STATE: u64 = u64::MAX;
+
+/// The live state size in a `state_bytes` cell, if known.
+pub(super) fn state(cell: &AtomicU64) -> Option<u64> {
+    Some(cell.load(Ordering::Relaxed)).filter(|&b| b != NO_STATE)
 }

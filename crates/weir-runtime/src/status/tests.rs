@@ -126,6 +126,10 @@ fn time_fractions_and_counts_come_from_the_reported_figures() {
                 records_out: vec![7],
                 watermark_in: 5,
                 watermark_out: 5,
+                bytes_in: None,
+                bytes_out: None,
+                state_bytes: None,
+                partitions: vec![],
             },
             NodeFigures {
                 node: 2,
@@ -133,6 +137,10 @@ fn time_fractions_and_counts_come_from_the_reported_figures() {
                 records_out: vec![],
                 watermark_in: 5,
                 watermark_out: MIN_WATERMARK,
+                bytes_in: None,
+                bytes_out: None,
+                state_bytes: None,
+                partitions: vec![],
             },
         ],
     };
@@ -158,4 +166,43 @@ fn time_fractions_and_counts_come_from_the_reported_figures() {
     // Only the subtask that reported is listed.
     assert_eq!(double["subtasks"].as_array().unwrap().len(), 1);
     assert_eq!(v["edges"][0]["partitioning"], "REBALANCE");
+}
+
+#[test]
+fn a_sources_partitions_reach_the_view_locally_and_through_a_workers_report() {
+    let (graph, plan, worker) = model();
+    worker.attempt_started(0);
+    let task = worker.task(&graph, &plan, 0, 0);
+    let gauge = |name: &str, v: i64| {
+        let g = weir_core::metrics::gauge(name, "Test.", &[("test", "partitions")]);
+        g.set(v);
+        g
+    };
+    let figures = &task.node(0).unwrap().partitions;
+    for (partition, position, high) in [(1, 7, -1), (0, 123, 150)] {
+        figures.add_partition(weir_core::dsl::PartitionGauges {
+            topic: "t".into(),
+            partition,
+            position: gauge(&format!("t_position_{partition}"), position),
+            high_watermark: gauge(&format!("t_high_{partition}"), high),
+        });
+    }
+    let want = serde_json::json!([
+        {"subtask": 0, "topic": "t", "partition": 0, "position": 123, "high_watermark": 150, "lag": 27},
+        {"subtask": 0, "topic": "t", "partition": 1, "position": 7, "high_watermark": null, "lag": null},
+    ]);
+    let v = worker.operators_view();
+    assert_eq!(v["operators"][0]["partitions"], want);
+    assert_eq!(v["operators"][1]["partitions"], serde_json::json!([]));
+
+    // A coordinator gets them with the worker's figures, through the wire's codec.
+    let (_, _, coordinator) = model();
+    coordinator.attempt_started(0);
+    let sent = weir_core::codec::encode(&worker.figures()).unwrap();
+    let received: Vec<TaskFigures> = weir_core::codec::decode(&sent).unwrap();
+    coordinator.remote_figures(&graph, &plan, received);
+    assert_eq!(
+        coordinator.operators_view()["operators"][0]["partitions"],
+        want
+    );
 }
