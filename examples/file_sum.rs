@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release --example file_sum -- --input IN --output OUTDIR --checkpoint-dir CKDIR \
 //!     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] [--lease-ms MS] \
-//!     [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR]
+//!     [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR] [--measure-bytes]
 //! ```
 //!
 //! - IN holds lines `key,value` (key: text without commas, value: an i64).
@@ -108,6 +108,8 @@ struct Args {
     secret: Option<weir::Secret>,
     /// TLS settings (`--tls-dir`, or `WEIR_TLS_DIR`).
     tls: Option<weir::Tls>,
+    /// Measure the bytes records take on channels (`--measure-bytes`, with `--web`).
+    measure_bytes: bool,
 }
 
 fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
@@ -132,6 +134,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
     let mut web = None;
     let mut secret_file = None;
     let mut tls_dir = None;
+    let mut measure_bytes = false;
     // RocksDB when this example is built with the `rocksdb` feature, the heap otherwise.
     let mut state = BackendKind::parse(if cfg!(feature = "rocksdb") {
         "rocksdb"
@@ -185,6 +188,11 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                 start_fresh_if_unusable = true;
                 job_args.push(flag.clone());
             }
+            // Handed to the workers too: they measure.
+            "--measure-bytes" => {
+                measure_bytes = true;
+                job_args.push(flag.clone());
+            }
             "--state" => state = BackendKind::parse(&value()?)?,
             "--lease-ms" => lease_ms = Some(value()?.parse().context("--lease-ms")?),
             "--web" => web = Some(value()?),
@@ -198,7 +206,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                     "usage: file_sum --input IN --output OUTDIR --checkpoint-dir CKDIR \
                      [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
                      [--from-savepoint PATH] [--start-fresh-if-unusable] [--state rocksdb|memory] \
-                     [--state-cache-entries N] [--lease-ms MS] [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR]\n       \
+                     [--state-cache-entries N] [--lease-ms MS] [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR] [--measure-bytes]\n       \
                      file_sum --cluster coordinator --listen HOST:PORT --workers N \
                      [--heartbeat-timeout-ms MS] <job flags>\n       \
                      file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS] [--secret-file PATH] [--tls-dir DIR]"
@@ -242,6 +250,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                 web: None,
                 secret: weir::Secret::from_file_or_env(secret_file.as_deref())?,
                 tls: weir::Tls::from_dir_or_env(tls_dir.as_deref())?,
+                measure_bytes,
             });
         }
         Some(other) => bail!("--cluster is `coordinator` or `worker`, not `{other}`"),
@@ -262,6 +271,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         web,
         secret: weir::Secret::from_file_or_env(secret_file.as_deref())?,
         tls: weir::Tls::from_dir_or_env(tls_dir.as_deref())?,
+        measure_bytes,
     })
 }
 
@@ -392,6 +402,7 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
     if let Some(t) = &args.tls {
         env = env.tls(t.clone());
     }
+    env = env.measure_bytes(args.measure_bytes);
     let lines = match args.max_rate {
         Some(r) => env.read_text_file_at_rate(&args.input, r),
         None => env.read_text_file(&args.input),

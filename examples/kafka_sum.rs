@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release --example kafka_sum -- --brokers HOST:PORT --input-topic IN \
 //!     --output-topic OUT --checkpoint-dir CKDIR [--checkpoint-interval-ms MS] \
-//!     [--parallelism P] [--bounded] [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR]
+//!     [--parallelism P] [--bounded] [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR] [--measure-bytes]
 //! ```
 //!
 //! - Input records: Kafka key = the key (UTF-8), value = an i64 as decimal UTF-8. The input
@@ -64,6 +64,8 @@ struct Args {
     secret: Option<weir::Secret>,
     /// TLS settings (`--tls-dir`, or `WEIR_TLS_DIR`).
     tls: Option<weir::Tls>,
+    /// Measure the bytes records take on channels (`--measure-bytes`, with `--web`).
+    measure_bytes: bool,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -86,6 +88,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut web = None;
     let mut secret_file = None;
     let mut tls_dir = None;
+    let mut measure_bytes = false;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -113,6 +116,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--start-fresh-if-unusable" => start_fresh_if_unusable = true,
             "--max-restarts" => max_restarts = Some(value()?.parse().context("--max-restarts")?),
             "--web" => web = Some(value()?),
+            "--measure-bytes" => measure_bytes = true,
             "--secret-file" => secret_file = Some(PathBuf::from(value()?)),
             "--tls-dir" => tls_dir = Some(PathBuf::from(value()?)),
             "-h" | "--help" => {
@@ -122,7 +126,7 @@ fn parse_args() -> anyhow::Result<Args> {
                      [--bounded] [--checkpoint-timeout-ms MS] [--transaction-timeout-ms MS] \
                      [--transactional-id-prefix NAME] [--dead-letter-topic DLQ] \
                      [--at-least-once] [--state memory|rocksdb] [--from-savepoint PATH] \
-                     [--start-fresh-if-unusable] [--max-restarts N] [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR]"
+                     [--start-fresh-if-unusable] [--max-restarts N] [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR] [--measure-bytes]"
                 );
                 std::process::exit(0);
             }
@@ -149,6 +153,7 @@ fn parse_args() -> anyhow::Result<Args> {
         web,
         secret: weir::Secret::from_file_or_env(secret_file.as_deref())?,
         tls: weir::Tls::from_dir_or_env(tls_dir.as_deref())?,
+        measure_bytes,
     })
 }
 
@@ -218,6 +223,7 @@ fn main() -> anyhow::Result<()> {
     if let Some(t) = &args.tls {
         env = env.tls(t.clone());
     }
+    env = env.measure_bytes(args.measure_bytes);
 
     let mut source = KafkaSource::new(&args.brokers, [args.input.as_str()])
         .group_id(&format!("{}-source", args.prefix))

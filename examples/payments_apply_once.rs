@@ -6,7 +6,7 @@
 //! cargo run --release --example payments_apply_once -- --postgres URL --input PAYMENTS \
 //!     --checkpoint-dir CKDIR [--schema NAME] [--create-orders N] [--dead-letters DIR] \
 //!     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
-//!     [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR]
+//!     [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR] [--measure-bytes]
 //! ```
 //!
 //! - PAYMENTS holds lines `payment_id,order_id,amount` (amount: an i64). A payment may
@@ -65,6 +65,8 @@ struct Args {
     secret: Option<weir::Secret>,
     /// TLS settings (`--tls-dir`, or `WEIR_TLS_DIR`).
     tls: Option<weir::Tls>,
+    /// Measure the bytes records take on channels (`--measure-bytes`, with `--web`).
+    measure_bytes: bool,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -75,6 +77,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut web = None;
     let mut secret_file = None;
     let mut tls_dir = None;
+    let mut measure_bytes = false;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -91,13 +94,14 @@ fn parse_args() -> anyhow::Result<Args> {
             "--parallelism" => parallelism = value()?.parse().context("--parallelism")?,
             "--max-rate" => max_rate = Some(value()?.parse().context("--max-rate")?),
             "--web" => web = Some(value()?),
+            "--measure-bytes" => measure_bytes = true,
             "--secret-file" => secret_file = Some(PathBuf::from(value()?)),
             "--tls-dir" => tls_dir = Some(PathBuf::from(value()?)),
             other => bail!(
                 "unknown argument {other:?}; usage: payments_apply_once --postgres URL --input PAYMENTS \
                  --checkpoint-dir CKDIR [--schema NAME] [--create-orders N] [--dead-letters DIR] \
                  [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
-                 [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR]"
+                 [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR] [--measure-bytes]"
             ),
         }
     }
@@ -124,6 +128,7 @@ fn parse_args() -> anyhow::Result<Args> {
         web,
         secret: weir::Secret::from_file_or_env(secret_file.as_deref())?,
         tls: weir::Tls::from_dir_or_env(tls_dir.as_deref())?,
+        measure_bytes,
     })
 }
 
@@ -191,6 +196,7 @@ fn main() -> anyhow::Result<()> {
     if let Some(t) = &args.tls {
         env = env.tls(t.clone());
     }
+    env = env.measure_bytes(args.measure_bytes);
     let lines = match args.max_rate {
         Some(r) => env.read_text_file_at_rate(&args.input, r),
         None => env.read_text_file(&args.input),
