@@ -21,6 +21,7 @@ use weir_core::graph::{Graph, NodeKind};
 use weir_core::ids::CheckpointId;
 use weir_core::time::{MAX_WATERMARK, MIN_WATERMARK};
 
+mod prometheus;
 mod task;
 use task::Totals;
 pub(crate) use task::{NodeCells, NodeFigures, TaskFigures, TaskMetrics};
