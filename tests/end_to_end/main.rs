@@ -16,6 +16,7 @@ mod metrics_endpoint;
 mod operators;
 mod parallelism;
 mod process_functions;
+mod prometheus;
 mod rest_api;
 mod sources_sinks;
 mod state_kinds;

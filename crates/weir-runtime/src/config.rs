@@ -47,6 +47,10 @@ pub struct JobConfig {
     /// Runs the job as part of a cluster (coordinator or worker); `None` runs it in this
     /// process alone.
     pub cluster: Option<crate::cluster::ClusterConfig>,
+    /// Latency tracking, as Flink's latency markers: every source subtask sends a marker
+    /// this often, and each sink subtask it reaches observes its age into the histogram
+    /// `weir_end_to_end_latency_seconds{job,source,sink}` (`None`: off, the default).
+    pub latency_tracking_interval: Option<Duration>,
 }
 
 /// How and where a job checkpoints, and how it restarts after a failure.
@@ -158,6 +162,7 @@ impl Default for JobConfig {
             metrics_address: None,
             web_address: None,
             cluster: None,
+            latency_tracking_interval: None,
         }
     }
 }
@@ -186,6 +191,13 @@ impl JobConfig {
         if self.channel_capacity == 0 {
             return Err(Error::Config(
                 "channel capacity must be at least 1 batch".into(),
+            ));
+        }
+        if self.latency_tracking_interval == Some(Duration::ZERO) {
+            return Err(Error::Config(
+                "the latency tracking interval must be longer than 0 ms; leave it unset to turn \
+                 latency tracking off"
+                    .into(),
             ));
         }
         if let (Some(w), Some(m)) = (&self.web_address, &self.metrics_address)

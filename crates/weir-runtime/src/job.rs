@@ -234,13 +234,14 @@ fn on_written(
     } = w;
     match result {
         Ok(path) => {
-            status.checkpoint_completed(id, &path);
             m.completed.inc();
             m.duration_ms.set(duration.as_millis() as i64);
             m.size_bytes.set(bytes as i64);
             m.alignment_ms.set(alignment.as_millis() as i64);
             m.duration_seconds.observe(duration.as_secs_f64());
             m.size_histogram.observe(bytes as f64);
+            // After the metrics: whoever sees it complete in the API finds it counted.
+            status.checkpoint_completed(id, &path);
             tracing::info!(checkpoint = %id, bytes, duration_ms = duration.as_millis() as u64, path = %path.display(), "checkpoint complete");
             if kind == CheckpointKind::Savepoint {
                 eprintln!(

@@ -11,6 +11,7 @@ pub mod cluster;
 mod config;
 mod failpoint;
 mod job;
+mod latency;
 mod owner;
 mod plan;
 mod restart;
