@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release --example file_sum -- --input IN --output OUTDIR --checkpoint-dir CKDIR \
 //!     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] [--lease-ms MS] \
-//!     [--web HOST:PORT]
+//!     [--web HOST:PORT] [--latency-tracking-ms MS]
 //! ```
 //!
 //! - IN holds lines `key,value` (key: text without commas, value: an i64).
@@ -38,6 +38,10 @@
 //!   `/v1/checkpoints`, `/v1/exceptions`, `POST /v1/savepoints`, `POST /v1/job/cancel`) and
 //!   its metrics (`/metrics`) while it runs; port 0 picks a free port, printed at the start
 //!   (docs/operations.md).
+//! - `--latency-tracking-ms MS` turns on latency tracking: the reader sends a latency marker
+//!   every MS milliseconds and the sink observes its age into the histogram
+//!   `weir_end_to_end_latency_seconds` on `/metrics` (docs/operations.md). MS must be at
+//!   least 1.
 //! - Exits 0 once the input is consumed and the final checkpoint has committed everything;
 //!   a malformed line fails the job with the line's content and number.
 //!
@@ -97,6 +101,7 @@ struct Args {
     lease_ms: Option<u64>,
     /// Where to serve the REST API (this process only: never handed to workers).
     web: Option<String>,
+    latency_tracking_ms: Option<u64>,
 }
 
 fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
@@ -119,6 +124,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
     let mut cache_entries: Option<usize> = None;
     let mut lease_ms = None;
     let mut web = None;
+    let mut latency_tracking_ms = None;
     // RocksDB when this example is built with the `rocksdb` feature, the heap otherwise.
     let mut state = BackendKind::parse(if cfg!(feature = "rocksdb") {
         "rocksdb"
@@ -173,6 +179,9 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
             "--state" => state = BackendKind::parse(&value()?)?,
             "--lease-ms" => lease_ms = Some(value()?.parse().context("--lease-ms")?),
             "--web" => web = Some(value()?),
+            "--latency-tracking-ms" => {
+                latency_tracking_ms = Some(value()?.parse().context("--latency-tracking-ms")?)
+            }
             "--state-cache-entries" => {
                 cache_entries = Some(value()?.parse().context("--state-cache-entries")?)
             }
@@ -181,7 +190,8 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                     "usage: file_sum --input IN --output OUTDIR --checkpoint-dir CKDIR \
                      [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
                      [--from-savepoint PATH] [--start-fresh-if-unusable] [--state rocksdb|memory] \
-                     [--state-cache-entries N] [--lease-ms MS] [--web HOST:PORT]\n       \
+                     [--state-cache-entries N] [--lease-ms MS] [--web HOST:PORT] \
+                     [--latency-tracking-ms MS]\n       \
                      file_sum --cluster coordinator --listen HOST:PORT --workers N \
                      [--heartbeat-timeout-ms MS] <job flags>\n       \
                      file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS]"
@@ -223,6 +233,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                 state,
                 lease_ms,
                 web: None,
+                latency_tracking_ms,
             });
         }
         Some(other) => bail!("--cluster is `coordinator` or `worker`, not `{other}`"),
@@ -241,6 +252,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         state,
         lease_ms,
         web,
+        latency_tracking_ms,
     })
 }
 
@@ -353,6 +365,9 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
     }
     if let Some(a) = &args.web {
         env = env.web_address(a);
+    }
+    if let Some(ms) = args.latency_tracking_ms {
+        env = env.latency_tracking_interval(std::time::Duration::from_millis(ms));
     }
     let lines = match args.max_rate {
         Some(r) => env.read_text_file_at_rate(&args.input, r),

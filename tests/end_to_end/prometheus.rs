@@ -376,3 +376,38 @@ fn latency_markers_cross_cluster_links_between_workers() {
     assert!(emitted >= 8.0, "the sources sent {emitted} markers");
     assert_eq!(metrics::sum(LATENCY, &j), emitted);
 }
+
+/// Every series the Grafana dashboard queries is one docs/operations.md documents.
+#[test]
+fn the_grafana_dashboard_queries_documented_series() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("deploy/grafana/weir.json")).unwrap(),
+    )
+    .expect("the dashboard parses");
+    let docs = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    let mut queried = 0;
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("an expression");
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if !(word.starts_with("weir_") || word.starts_with("checkpoint")) {
+                    continue;
+                }
+                let series = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| word.strip_suffix(s))
+                    .filter(|_| word.contains("_seconds_") || word.contains("_bytes_"))
+                    .unwrap_or(word);
+                assert!(
+                    docs.contains(&format!("`{series}")),
+                    "{series} is not documented"
+                );
+                queried += 1;
+            }
+        }
+    }
+    assert!(queried >= 9, "{queried} series queried");
+}
