@@ -5,6 +5,7 @@
 //! cargo run --release --example file_sum -- --input IN --output OUTDIR --checkpoint-dir CKDIR \
 //!     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] [--lease-ms MS] \
 //!     [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR] [--measure-bytes]
+//!     [--latency-tracking-ms MS]
 //! ```
 //!
 //! - IN holds lines `key,value` (key: text without commas, value: an i64).
@@ -39,6 +40,10 @@
 //!   its metrics (`/metrics`) while it runs; port 0 picks a free port, printed at the start
 //!   (docs/operations.md). `--secret-file PATH` (or the environment variable
 //!   `WEIR_SECRET_FILE`) makes its actions require the secret in that file.
+//! - `--latency-tracking-ms MS` turns on latency tracking: the reader sends a latency marker
+//!   every MS milliseconds and the sink observes its age into the histogram
+//!   `weir_end_to_end_latency_seconds` on `/metrics` (docs/operations.md). MS must be at
+//!   least 1.
 //! - Exits 0 once the input is consumed and the final checkpoint has committed everything;
 //!   a malformed line fails the job with the line's content and number.
 //!
@@ -110,6 +115,7 @@ struct Args {
     tls: Option<weir::Tls>,
     /// Measure the bytes records take on channels (`--measure-bytes`, with `--web`).
     measure_bytes: bool,
+    latency_tracking_ms: Option<u64>,
 }
 
 fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
@@ -135,6 +141,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
     let mut secret_file = None;
     let mut tls_dir = None;
     let mut measure_bytes = false;
+    let mut latency_tracking_ms = None;
     // RocksDB when this example is built with the `rocksdb` feature, the heap otherwise.
     let mut state = BackendKind::parse(if cfg!(feature = "rocksdb") {
         "rocksdb"
@@ -198,6 +205,9 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
             "--web" => web = Some(value()?),
             "--secret-file" => secret_file = Some(PathBuf::from(value()?)),
             "--tls-dir" => tls_dir = Some(PathBuf::from(value()?)),
+            "--latency-tracking-ms" => {
+                latency_tracking_ms = Some(value()?.parse().context("--latency-tracking-ms")?)
+            }
             "--state-cache-entries" => {
                 cache_entries = Some(value()?.parse().context("--state-cache-entries")?)
             }
@@ -206,7 +216,8 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                     "usage: file_sum --input IN --output OUTDIR --checkpoint-dir CKDIR \
                      [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
                      [--from-savepoint PATH] [--start-fresh-if-unusable] [--state rocksdb|memory] \
-                     [--state-cache-entries N] [--lease-ms MS] [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR] [--measure-bytes]\n       \
+                     [--state-cache-entries N] [--lease-ms MS] [--web HOST:PORT] [--secret-file PATH] \
+                     [--tls-dir DIR] [--measure-bytes] [--latency-tracking-ms MS]\n       \
                      file_sum --cluster coordinator --listen HOST:PORT --workers N \
                      [--heartbeat-timeout-ms MS] <job flags>\n       \
                      file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS] [--secret-file PATH] [--tls-dir DIR]"
@@ -251,6 +262,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                 secret: weir::Secret::from_file_or_env(secret_file.as_deref())?,
                 tls: weir::Tls::from_dir_or_env(tls_dir.as_deref())?,
                 measure_bytes,
+                latency_tracking_ms,
             });
         }
         Some(other) => bail!("--cluster is `coordinator` or `worker`, not `{other}`"),
@@ -272,6 +284,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         secret: weir::Secret::from_file_or_env(secret_file.as_deref())?,
         tls: weir::Tls::from_dir_or_env(tls_dir.as_deref())?,
         measure_bytes,
+        latency_tracking_ms,
     })
 }
 
@@ -403,6 +416,9 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
         env = env.tls(t.clone());
     }
     env = env.measure_bytes(args.measure_bytes);
+    if let Some(ms) = args.latency_tracking_ms {
+        env = env.latency_tracking_interval(std::time::Duration::from_millis(ms));
+    }
     let lines = match args.max_rate {
         Some(r) => env.read_text_file_at_rate(&args.input, r),
         None => env.read_text_file(&args.input),

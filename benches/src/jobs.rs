@@ -25,6 +25,8 @@ pub struct Setup {
     pub cluster: Option<ClusterConfig>,
     /// Serve the REST API on this address.
     pub web: Option<String>,
+    /// Latency tracking: a latency marker from each source subtask this many ms apart.
+    pub latency_tracking_ms: Option<u64>,
 }
 
 /// Running sum per key; emits (key, sum) on every 1000th record this subtask processes.
@@ -70,6 +72,9 @@ fn env(setup: &Setup) -> Env {
     }
     if let Some(a) = &setup.web {
         env = env.web_address(a);
+    }
+    if let Some(ms) = setup.latency_tracking_ms {
+        env = env.latency_tracking_interval(Duration::from_millis(ms));
     }
     env
 }

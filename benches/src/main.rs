@@ -173,6 +173,10 @@ struct Args {
     /// count their records): for measuring what the API costs. Not handed to workers.
     #[arg(long)]
     web: Option<String>,
+    /// Send a latency marker from each source subtask this many milliseconds apart (latency
+    /// tracking on): for measuring what latency tracking costs.
+    #[arg(long)]
+    latency_tracking_ms: Option<u64>,
 }
 
 impl State {
@@ -205,6 +209,10 @@ impl Args {
             v.push("--checkpoint-dir".into());
             v.push(d.display().to_string());
         }
+        if let Some(ms) = self.latency_tracking_ms {
+            v.push("--latency-tracking-ms".into());
+            v.push(ms.to_string());
+        }
         v
     }
 
@@ -222,6 +230,7 @@ impl Args {
                 .flatten(),
             cluster: None,
             web: self.web.clone(),
+            latency_tracking_ms: self.latency_tracking_ms,
         }
     }
 }

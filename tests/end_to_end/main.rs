@@ -20,6 +20,7 @@ mod metrics_endpoint;
 mod operators;
 mod parallelism;
 mod process_functions;
+mod prometheus;
 mod rest_api;
 mod rest_figures;
 mod rest_secret;

@@ -9,7 +9,7 @@
 use crate::data::{Data, key_hash, subtask_for_key_group};
 use crate::error::{Error, Result};
 use crate::ids::CheckpointId;
-use crate::output::{Control, Output};
+use crate::output::{Control, LatencyMarker, Output};
 use crate::time::Timestamp;
 use crossbeam_channel::{Receiver, SelectedOperation, Sender};
 use std::any::Any;
@@ -32,6 +32,8 @@ pub enum Msg<T> {
     Barrier(CheckpointId),
     /// The sender has no more data.
     End,
+    /// A latency marker, sent to one channel (in turn) after the records before it.
+    LatencyMarker(LatencyMarker),
 }
 
 /// How records are distributed from the subtasks of one operator to the next.
@@ -143,6 +145,7 @@ const TAG_WATERMARK: u8 = 1;
 const TAG_IDLE: u8 = 2;
 const TAG_BARRIER: u8 = 3;
 const TAG_END: u8 = 4;
+const TAG_LATENCY: u8 = 5;
 
 /// Appends a channel message: a tag byte, then the batch (codec) or the control value.
 fn encode_msg<T: Data>(msg: &Msg<T>, buf: &mut Vec<u8>) -> Result<()> {
@@ -161,6 +164,12 @@ fn encode_msg<T: Data>(msg: &Msg<T>, buf: &mut Vec<u8>) -> Result<()> {
             buf.extend_from_slice(&id.0.to_le_bytes());
         }
         Msg::End => buf.push(TAG_END),
+        Msg::LatencyMarker(m) => {
+            buf.push(TAG_LATENCY);
+            buf.extend_from_slice(&m.created_us.to_le_bytes());
+            buf.extend_from_slice(&m.source.to_le_bytes());
+            buf.extend_from_slice(&m.subtask.to_le_bytes());
+        }
     }
     Ok(())
 }
@@ -180,6 +189,16 @@ fn decode_msg<T: Data>(bytes: &[u8]) -> Result<Msg<T>> {
         TAG_IDLE if rest.len() == 1 => Msg::Idle(rest[0] != 0),
         TAG_BARRIER => Msg::Barrier(CheckpointId(u64::from_le_bytes(word()?))),
         TAG_END if rest.is_empty() => Msg::End,
+        TAG_LATENCY if rest.len() == 16 => {
+            let (created, ids) = rest.split_at(8);
+            let u32_at =
+                |i: usize| u32::from_le_bytes([ids[i], ids[i + 1], ids[i + 2], ids[i + 3]]);
+            Msg::LatencyMarker(LatencyMarker {
+                created_us: i64::from_le_bytes(created.try_into().map_err(|_| bad())?),
+                source: u32_at(0),
+                subtask: u32_at(4),
+            })
+        }
         _ => return Err(bad()),
     })
 }
@@ -403,6 +422,8 @@ pub struct ChannelWriter<T> {
     partitioning: Partitioning<T>,
     cfg: ExchangeConfig,
     next: usize,
+    /// The channel the next latency marker goes to.
+    next_marker: usize,
     last_flush_ms: i64,
 }
 
@@ -420,6 +441,7 @@ impl<T: Data> ChannelWriter<T> {
             partitioning,
             cfg,
             next: producer % n.max(1),
+            next_marker: producer % n.max(1),
             last_flush_ms: 0,
         }
     }
@@ -510,6 +532,13 @@ impl<T: Data> Output<T> for ChannelWriter<T> {
             Control::Idle(i) => self.broadcast_msg(|| Msg::Idle(i)),
             Control::End => self.broadcast_msg(|| Msg::End),
             Control::Barrier(id) => self.broadcast_msg(|| Msg::Barrier(id)),
+            Control::LatencyMarker(m) => {
+                // As Flink: to one channel, in turn, behind the records buffered for it.
+                let t = self.next_marker;
+                self.next_marker = (t + 1) % self.senders.len();
+                self.flush(t)?;
+                self.send(t, Msg::LatencyMarker(m))
+            }
             Control::Tick(now) => {
                 if now - self.last_flush_ms >= self.cfg.flush_interval_ms {
                     self.last_flush_ms = now;
@@ -541,6 +570,8 @@ pub enum GateEvent {
     Barrier(CheckpointId),
     /// The channel ended.
     End,
+    /// A latency marker arrived.
+    LatencyMarker(LatencyMarker),
     /// The sender disappeared without ending (it failed).
     Disconnected,
 }
@@ -596,6 +627,7 @@ impl<T: Data> InputGate for TypedGate<T> {
             Ok(Msg::Idle(i)) => Ok(GateEvent::Idle(i)),
             Ok(Msg::End) => Ok(GateEvent::End),
             Ok(Msg::Barrier(id)) => Ok(GateEvent::Barrier(id)),
+            Ok(Msg::LatencyMarker(m)) => Ok(GateEvent::LatencyMarker(m)),
             Err(_) => Ok(GateEvent::Disconnected),
         }
     }
@@ -604,3 +636,6 @@ impl<T: Data> InputGate for TypedGate<T> {
         self.input.borrow_mut().control(event)
     }
 }
+
+#[cfg(test)]
+mod tests;

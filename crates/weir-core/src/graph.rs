@@ -205,6 +205,18 @@ pub trait PortType: Send + Sync {
         let _ = (bytes, copies);
         output
     }
+
+    /// Wraps a sink's input (`Box<dyn Output<T>>`) in a [`crate::output::LatencyObserved`]
+    /// that hands the latency markers reaching it to `observe`. The default returns the
+    /// input unwrapped (the sink ignores the markers).
+    fn latency_observed(
+        &self,
+        input: Box<dyn Any>,
+        observe: Box<dyn FnMut(crate::output::LatencyMarker)>,
+    ) -> Box<dyn Any> {
+        let _ = observe;
+        input
+    }
 }
 
 /// The [`PortType`] of `T`.
@@ -273,6 +285,18 @@ impl<T: crate::data::Data> PortType for Port<T> {
             .downcast::<Box<dyn Output<T>>>()
             .expect("internal: output type mismatch");
         let out: Box<dyn Output<T>> = Box::new(crate::exchange::Metered::new(inner, bytes, copies));
+        Box::new(out)
+    }
+
+    fn latency_observed(
+        &self,
+        input: Box<dyn Any>,
+        observe: Box<dyn FnMut(crate::output::LatencyMarker)>,
+    ) -> Box<dyn Any> {
+        let inner = *input
+            .downcast::<Box<dyn Output<T>>>()
+            .expect("internal: input type mismatch");
+        let out: Box<dyn Output<T>> = Box::new(crate::output::LatencyObserved::new(inner, observe));
         Box::new(out)
     }
 }

@@ -19,9 +19,12 @@
 //! ```
 
 use crate::state::now_ms;
+pub use histogram::{DURATION_BUCKETS, Histogram, LATENCY_BUCKETS, SIZE_BUCKETS};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+
+mod histogram;
 
 /// A monotonically increasing count.
 #[derive(Clone, Debug)]
@@ -105,6 +108,7 @@ enum Cell {
     Gauge(Arc<AtomicI64>),
     Float(Arc<AtomicU64>),
     Age(Arc<AtomicI64>),
+    Histogram(Arc<histogram::Cells>),
 }
 
 impl Cell {
@@ -112,6 +116,7 @@ impl Cell {
         match self {
             Cell::Counter(_) => "counter",
             Cell::Gauge(_) | Cell::Float(_) | Cell::Age(_) => "gauge",
+            Cell::Histogram(_) => "histogram",
         }
     }
     fn read(&self, now_ms: i64) -> f64 {
@@ -120,6 +125,8 @@ impl Cell {
             Cell::Gauge(g) => g.load(Ordering::Relaxed) as f64,
             Cell::Float(f) => f64::from_bits(f.load(Ordering::Relaxed)),
             Cell::Age(a) => AgeGauge(a.clone()).seconds_at(now_ms),
+            // A histogram reads as its count of observations.
+            Cell::Histogram(h) => h.count.load(Ordering::Relaxed) as f64,
         }
     }
 }
@@ -154,13 +161,13 @@ fn labels(l: &[(&str, &str)]) -> Labels {
 /// When `name{labels}` was registered as a different kind of metric (a bug in the
 /// caller). Integer, float and age gauges all render as `gauge` but are different kinds
 /// here: the cells hold different things.
-fn series(name: &str, help: &str, l: &[(&str, &str)], make: fn() -> Cell) -> Cell {
+fn series(name: &str, help: &str, l: &[(&str, &str)], make: impl Fn() -> Cell) -> Cell {
     let mut r = registry();
     let family = r.entry(name.to_string()).or_insert_with(|| Family {
         help: help.to_string(),
         series: BTreeMap::new(),
     });
-    let cell = family.series.entry(labels(l)).or_insert_with(make).clone();
+    let cell = family.series.entry(labels(l)).or_insert_with(&make).clone();
     assert!(
         std::mem::discriminant(&cell) == std::mem::discriminant(&make()),
         "metric '{name}' registered as two kinds"
@@ -218,7 +225,19 @@ pub fn age_gauge(name: &str, help: &str, labels: &[(&str, &str)]) -> AgeGauge {
     }
 }
 
-/// The current value of `name{labels}` (labels in any order), if registered.
+/// The histogram `name{labels}` with buckets bounded by `bounds` (ascending; `+Inf` is
+/// added), created empty if new. A series registered again keeps the bounds it was
+/// created with. See [`Histogram`].
+pub fn histogram(name: &str, help: &str, labels: &[(&str, &str)], bounds: &[f64]) -> Histogram {
+    match series(name, help, labels, || {
+        Cell::Histogram(Arc::new(histogram::Cells::new(bounds)))
+    }) {
+        Cell::Histogram(h) => Histogram(h),
+        _ => unreachable!("checked in series"),
+    }
+}
+
+/// The current value of `name{labels}` (a histogram's is its count) (labels in any order), if registered.
 pub fn value(name: &str, l: &[(&str, &str)]) -> Option<f64> {
     let r = registry();
     let cell = r.get(name)?.series.get(&labels(l))?.clone();
@@ -320,6 +339,10 @@ pub fn render() -> String {
                 .iter()
                 .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
                 .collect();
+            if let Cell::Histogram(h) = cell {
+                render_histogram(&mut s, name, &labels, h);
+                continue;
+            }
             let v = sample(cell.read(now));
             if labels.is_empty() {
                 let _ = writeln!(s, "{name} {v}");
@@ -329,6 +352,75 @@ pub fn render() -> String {
         }
     }
     s
+}
+
+/// One sample of a family written by [`write_family`]: its labels and value.
+pub type Sample<'a> = (Vec<(&'a str, String)>, f64);
+
+/// Appends one metric family in the exposition format to `out`: what [`render`] writes for
+/// a registered series, for figures kept elsewhere and read when scraped (a job's
+/// per-subtask figures). `kind` is `counter` or `gauge`; nothing is written without
+/// samples.
+///
+/// ```
+/// let mut out = String::new();
+/// weir_core::metrics::write_family(
+///     &mut out,
+///     "doc_records_total",
+///     "Records.",
+///     "counter",
+///     &[(vec![("operator", "map".to_string())], 3.0)],
+/// );
+/// assert_eq!(
+///     out,
+///     "# HELP doc_records_total Records.\n# TYPE doc_records_total counter\n\
+///      doc_records_total{operator=\"map\"} 3\n"
+/// );
+/// ```
+pub fn write_family(out: &mut String, name: &str, help: &str, kind: &str, samples: &[Sample<'_>]) {
+    use std::fmt::Write;
+    if samples.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "# HELP {name} {}", help.replace('\n', " "));
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    for (ls, v) in samples {
+        let labels: Vec<String> = ls
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+            .collect();
+        if labels.is_empty() {
+            let _ = writeln!(out, "{name} {}", sample(*v));
+        } else {
+            let _ = writeln!(out, "{name}{{{}}} {}", labels.join(","), sample(*v));
+        }
+    }
+}
+
+/// Appends a histogram's bucket, sum and count lines.
+fn render_histogram(s: &mut String, name: &str, labels: &[String], h: &histogram::Cells) {
+    use std::fmt::Write;
+    let with = |extra: Option<String>| -> String {
+        let all: Vec<&str> = labels
+            .iter()
+            .map(String::as_str)
+            .chain(extra.as_deref())
+            .collect();
+        if all.is_empty() {
+            String::new()
+        } else {
+            format!("{{{}}}", all.join(","))
+        }
+    };
+    let cumulative = h.cumulative();
+    let les = h.bounds.iter().copied().chain([f64::INFINITY]);
+    for (le, n) in les.zip(&cumulative) {
+        let l = with(Some(format!("le=\"{}\"", sample(le))));
+        let _ = writeln!(s, "{name}_bucket{l} {n}");
+    }
+    let count = cumulative.last().copied().unwrap_or(0);
+    let _ = writeln!(s, "{name}_sum{} {}", with(None), sample(h.sum()));
+    let _ = writeln!(s, "{name}_count{} {count}", with(None));
 }
 
 #[cfg(test)]
@@ -400,6 +492,90 @@ mod tests {
         inf.set(f64::NAN);
         assert!(render().contains("\nt_ratio_inf NaN\n"));
         assert!(value("t_ratio_inf", &[]).is_some_and(f64::is_nan));
+    }
+
+    #[test]
+    fn histograms_render_cumulative_buckets_sum_and_count() {
+        let h = histogram(
+            "t_latency_seconds",
+            "Latency.",
+            &[("sink", "s"), ("job", "j")],
+            &[1.0, 0.25, 0.5],
+        );
+        assert_eq!(h.bounds(), &[0.25, 0.5, 1.0]);
+        for v in [0.25, 0.3, 0.75, 2.0, 0.0] {
+            h.observe(v);
+        }
+        let text = render();
+        let want = "# HELP t_latency_seconds Latency.\n\
+                    # TYPE t_latency_seconds histogram\n\
+                    t_latency_seconds_bucket{job=\"j\",sink=\"s\",le=\"0.25\"} 2\n\
+                    t_latency_seconds_bucket{job=\"j\",sink=\"s\",le=\"0.5\"} 3\n\
+                    t_latency_seconds_bucket{job=\"j\",sink=\"s\",le=\"1\"} 4\n\
+                    t_latency_seconds_bucket{job=\"j\",sink=\"s\",le=\"+Inf\"} 5\n\
+                    t_latency_seconds_sum{job=\"j\",sink=\"s\"} 3.3\n\
+                    t_latency_seconds_count{job=\"j\",sink=\"s\"} 5\n";
+        assert!(text.contains(want), "{text}");
+        assert_eq!(
+            value("t_latency_seconds", &[("job", "j"), ("sink", "s")]),
+            Some(5.0)
+        );
+        // Registered again with other bounds: the same cells, the first bounds.
+        let again = histogram(
+            "t_latency_seconds",
+            "Latency.",
+            &[("job", "j"), ("sink", "s")],
+            &[9.0],
+        );
+        assert_eq!(again.bounds(), &[0.25, 0.5, 1.0]);
+        again.observe(f64::NAN);
+        assert_eq!(h.count(), 6);
+        assert!(h.sum().is_nan());
+        assert!(
+            render().contains("t_latency_seconds_bucket{job=\"j\",sink=\"s\",le=\"+Inf\"} 6\n")
+        );
+    }
+
+    #[test]
+    fn an_unlabelled_empty_histogram_renders_zeros() {
+        histogram("t_empty_seconds", "Nothing yet.", &[], &[0.5]);
+        let text = render();
+        assert!(
+            text.contains(
+                "# TYPE t_empty_seconds histogram\n\
+                 t_empty_seconds_bucket{le=\"0.5\"} 0\n\
+                 t_empty_seconds_bucket{le=\"+Inf\"} 0\n\
+                 t_empty_seconds_sum 0\n\
+                 t_empty_seconds_count 0\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn families_written_from_outside_escape_their_labels() {
+        let mut out = String::new();
+        write_family(
+            &mut out,
+            "t_outside",
+            "Two\nlines.",
+            "gauge",
+            &[(vec![("op", "a\"b".into())], 1.5), (vec![], f64::INFINITY)],
+        );
+        assert_eq!(
+            out,
+            "# HELP t_outside Two lines.\n# TYPE t_outside gauge\nt_outside{op=\"a\\\"b\"} 1.5\nt_outside +Inf\n"
+        );
+        let mut none = String::new();
+        write_family(&mut none, "t_none", "x", "gauge", &[]);
+        assert_eq!(none, "");
+    }
+
+    #[test]
+    #[should_panic(expected = "registered as two kinds")]
+    fn a_histogram_cannot_become_a_counter() {
+        histogram("t_kind_hist", "x", &[], &[1.0]);
+        counter("t_kind_hist", "x", &[]);
     }
 
     #[test]

@@ -27,6 +27,60 @@ pub enum Control {
     Barrier(CheckpointId),
     /// No more input will arrive. Sent once, after the final watermark.
     End,
+    /// A latency marker on its way from a source to the sinks (see [`LatencyMarker`]).
+    /// Operators forward it unchanged; it reaches no user function, and it moves no
+    /// watermark and no checkpoint.
+    LatencyMarker(LatencyMarker),
+}
+
+/// Flink's latency marker: made by a source subtask every latency-tracking interval, it
+/// travels with the records (through chains and channels, to one downstream channel in
+/// turn) and each sink subtask it reaches measures how long it took.
+///
+/// Its age is wall-clock time, so across machines it includes their clock difference.
+/// It waits behind the records queued before it but not in operators' state (a window
+/// does not hold it back): it measures how long records take to flow, not how long
+/// results wait for their window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LatencyMarker {
+    /// Microseconds since the Unix epoch when the source made it.
+    pub created_us: i64,
+    /// The graph node (operator index) of the source that made it.
+    pub source: u32,
+    /// The source subtask that made it.
+    pub subtask: u32,
+}
+
+impl LatencyMarker {
+    /// A marker made now by subtask `subtask` of source node `source`.
+    pub fn now(source: u32, subtask: u32) -> Self {
+        LatencyMarker {
+            created_us: now_us(),
+            source,
+            subtask,
+        }
+    }
+
+    /// Seconds from its making until `now_us` (never negative: a clock that stepped back
+    /// reads as 0).
+    ///
+    /// ```
+    /// use weir_core::output::LatencyMarker;
+    /// let m = LatencyMarker { created_us: 1_000_000, source: 0, subtask: 0 };
+    /// assert_eq!(m.age_seconds(1_250_000), 0.25);
+    /// assert_eq!(m.age_seconds(900_000), 0.0);
+    /// ```
+    pub fn age_seconds(&self, now_us: i64) -> f64 {
+        now_us.saturating_sub(self.created_us).max(0) as f64 / 1e6
+    }
+}
+
+/// Wall-clock time in microseconds since the Unix epoch.
+pub fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
 }
 
 /// The downstream side of an operator: it receives records and control events.
@@ -183,6 +237,50 @@ impl<T> Counted<T> {
             count: records.load(Ordering::Relaxed),
             records,
             watermark,
+        }
+    }
+}
+
+/// Takes the latency markers out of the events into a sink: hands each to `observe` and
+/// forwards everything else to the sink. The runtime puts it in front of every sink when
+/// latency tracking is on.
+///
+/// ```
+/// use std::cell::Cell;
+/// use std::rc::Rc;
+/// use weir_core::output::{Control, Discard, LatencyMarker, LatencyObserved, Output};
+/// let seen = Rc::new(Cell::new(0));
+/// let s = seen.clone();
+/// let mut sink = LatencyObserved::new(Box::new(Discard), Box::new(move |_| s.set(s.get() + 1)));
+/// let m = LatencyMarker { created_us: 0, source: 0, subtask: 0 };
+/// Output::<i64>::control(&mut sink, Control::LatencyMarker(m)).unwrap();
+/// Output::<i64>::record(&mut sink, 1, 0).unwrap();
+/// assert_eq!(seen.get(), 1);
+/// ```
+pub struct LatencyObserved<T> {
+    inner: Box<dyn Output<T>>,
+    observe: Box<dyn FnMut(LatencyMarker)>,
+}
+
+impl<T> LatencyObserved<T> {
+    /// Wraps the sink input `inner`.
+    pub fn new(inner: Box<dyn Output<T>>, observe: Box<dyn FnMut(LatencyMarker)>) -> Self {
+        LatencyObserved { inner, observe }
+    }
+}
+
+impl<T> Output<T> for LatencyObserved<T> {
+    #[inline]
+    fn record(&mut self, value: T, ts: Timestamp) -> Result<()> {
+        self.inner.record(value, ts)
+    }
+    fn control(&mut self, event: Control) -> Result<()> {
+        match event {
+            Control::LatencyMarker(m) => {
+                (self.observe)(m);
+                Ok(())
+            }
+            e => self.inner.control(e),
         }
     }
 }

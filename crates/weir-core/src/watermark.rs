@@ -472,7 +472,7 @@ impl<T: 'static> Output<T> for WatermarkOperator<T> {
                 self.out.control(event)
             }
             Control::Watermark(_) | Control::Idle(_) => Ok(()),
-            Control::Barrier(_) => self.out.control(event),
+            Control::Barrier(_) | Control::LatencyMarker(_) => self.out.control(event),
             Control::End => {
                 self.periodic()?;
                 self.out.control(event)

@@ -64,6 +64,10 @@ pub struct JobConfig {
     /// `WEIR_LOG_FORMAT` environment variable. It has no effect when the program installed
     /// a subscriber of its own, or when an earlier job of the process installed one.
     pub log_format: Option<crate::logging::LogFormat>,
+    /// Latency tracking, as Flink's latency markers: every source subtask sends a marker
+    /// this often, and each sink subtask it reaches observes its age into the histogram
+    /// `weir_end_to_end_latency_seconds{job,source,sink}` (`None`: off, the default).
+    pub latency_tracking_interval: Option<Duration>,
 }
 
 /// How and where a job checkpoints, and how it restarts after a failure.
@@ -179,6 +183,7 @@ impl Default for JobConfig {
             measure_bytes: false,
             cluster: None,
             log_format: None,
+            latency_tracking_interval: None,
         }
     }
 }
@@ -207,6 +212,13 @@ impl JobConfig {
         if self.channel_capacity == 0 {
             return Err(Error::Config(
                 "channel capacity must be at least 1 batch".into(),
+            ));
+        }
+        if self.latency_tracking_interval == Some(Duration::ZERO) {
+            return Err(Error::Config(
+                "the latency tracking interval must be longer than 0 ms; leave it unset to turn \
+                 latency tracking off"
+                    .into(),
             ));
         }
         if let (Some(w), Some(m)) = (&self.web_address, &self.metrics_address)

@@ -11,6 +11,7 @@ pub mod cluster;
 mod config;
 mod failpoint;
 mod job;
+mod latency;
 pub mod logging;
 mod owner;
 mod plan;

@@ -22,6 +22,7 @@ use weir_core::ids::CheckpointId;
 use weir_core::time::{MAX_WATERMARK, MIN_WATERMARK};
 
 mod partitions;
+mod prometheus;
 mod task;
 use task::Totals;
 pub(crate) use task::{NodeCells, NodeFigures, TaskFigures, TaskMetrics};

@@ -287,7 +287,25 @@ impl Builder<'_> {
             checkpoint_timing: job.cfg.checkpoint.as_ref().map(|c| (c.interval, c.timeout)),
             source_figures: &source_figures,
         };
-        spec.factory.build(&ctx, outputs)
+        let built = spec.factory.build(&ctx, outputs)?;
+        match built {
+            Built::Operator { inputs, control }
+                if spec.kind == weir_core::graph::NodeKind::Sink
+                    && job.cfg.latency_tracking_interval.is_some() =>
+            {
+                // Latency markers end here: observed, never handed to the sink.
+                let inputs = inputs
+                    .into_iter()
+                    .zip(&spec.inputs)
+                    .map(|(input, e)| {
+                        let port = &job.graph.nodes[e.from.0].outputs[e.port];
+                        port.latency_observed(input, crate::latency::observer(job, node))
+                    })
+                    .collect();
+                Ok(Built::Operator { inputs, control })
+            }
+            built => Ok(built),
+        }
     }
 }
 
@@ -471,6 +489,10 @@ fn run_source(
     let mut last_tick = now_ms();
     src.control(Control::Tick(last_tick))?;
     let mut finished = false;
+    let mut markers = job
+        .cfg
+        .latency_tracking_interval
+        .map(|interval| crate::latency::Emitter::new(job, ck.spec.head, ck.spec.subtask, interval));
     // After the input ended: the first barrier injected then, whose completion ends us.
     let mut final_barrier: Option<CheckpointId> = None;
     loop {
@@ -522,6 +544,9 @@ fn run_source(
         if now != last_tick {
             last_tick = now;
             src.control(Control::Tick(now))?;
+        }
+        if let Some(m) = markers.as_mut().and_then(crate::latency::Emitter::due) {
+            src.control(Control::LatencyMarker(m))?;
         }
         match status {
             SourceStatus::More => {}
@@ -758,6 +783,8 @@ fn run_operator(
                         }
                     }
                     GateEvent::Barrier(id) => aligned = aligner.on_barrier(flat, id, &ended),
+                    // Passed on as it came: no watermark, alignment or record count.
+                    GateEvent::LatencyMarker(m) => target.send(Control::LatencyMarker(m))?,
                     GateEvent::End => {
                         ended[flat] = true;
                         open -= 1;

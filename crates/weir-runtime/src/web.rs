@@ -1,6 +1,7 @@
 //! The job's HTTP server: the web dashboard at `/` ([`dashboard`]), the REST API under
 //! `/v1/` (JSON; docs/openapi.json) and `GET /metrics`, every series of the process
-//! registry ([`weir_core::metrics::render`]) in the Prometheus text format.
+//! registry ([`weir_core::metrics::render`]) and the job's operator and task figures in
+//! the Prometheus text format.
 //!
 //! axum on hyper's HTTP/1, on a small tokio runtime the server owns (one worker thread):
 //! one request per connection (the response closes it), header names in title case as
@@ -259,13 +260,16 @@ async fn page(a: &'static dashboard::Asset) -> Response {
         .into_response()
 }
 
-async fn metrics() -> Response {
+/// The process registry, then the job's operator and task figures (`status::prometheus`).
+async fn metrics(State(job): State<Arc<JobShared>>) -> Response {
+    let mut text = weir_core::metrics::render();
+    text.push_str(&job.status.prometheus());
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        weir_core::metrics::render(),
+        text,
     )
         .into_response()
 }

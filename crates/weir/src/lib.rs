@@ -243,6 +243,23 @@ impl Env {
         self
     }
 
+    /// Turns on latency tracking, as Flink's latency markers: every source subtask sends a
+    /// marker `interval` apart that travels with the records (through chains and channels,
+    /// to one downstream channel in turn, never to a user function) and each sink subtask
+    /// it reaches observes its age into the histogram
+    /// `weir_end_to_end_latency_seconds{job,source,sink}` (see docs/operations.md). Off by
+    /// default; an interval of zero is refused when the job starts.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let env = weir::Env::new().latency_tracking_interval(Duration::from_millis(500));
+    /// assert_eq!(env.config().latency_tracking_interval, Some(Duration::from_millis(500)));
+    /// ```
+    pub fn latency_tracking_interval(mut self, interval: std::time::Duration) -> Self {
+        self.config.latency_tracking_interval = Some(interval);
+        self
+    }
+
     /// Runs the job as part of a cluster: as its coordinator, or as a worker on a
     /// connection made by [`cluster::join`]. Every process builds the same pipeline.
     pub fn cluster(mut self, cluster: weir_runtime::ClusterConfig) -> Self {

@@ -66,6 +66,7 @@ impl<K: Key> KeyContext<K> {
     ///
     /// # Panics
     /// When no key is set: state was used outside of keyed processing (a bug in the operator).
+    #[inline]
     pub fn with<R>(&self, f: impl FnOnce(&K) -> R) -> R {
         let k = self.current.borrow();
         f(k.as_ref()

@@ -16,7 +16,9 @@ use std::path::PathBuf;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use weir_core::checkpoint::OperatorSnapshot;
 
-/// Version of the protocol; a worker of another version is refused.
+/// Version of the protocol; a worker of another version is refused. 4: channel messages
+/// may carry latency markers (a tag an older worker would reject as malformed), and a
+/// worker's figures carry its Kafka sources' partitions.
 pub(crate) const PROTOCOL: u32 = 4;
 
 /// Largest frame accepted (a checkpoint acknowledgement carries the state files).

@@ -32,11 +32,14 @@ pub(super) struct CheckpointMetrics {
     duration_ms: weir_core::metrics::Gauge,
     size_bytes: weir_core::metrics::Gauge,
     alignment_ms: weir_core::metrics::Gauge,
+    /// Every completed checkpoint's duration and size (the gauges keep only the last).
+    duration_seconds: weir_core::metrics::Histogram,
+    size_histogram: weir_core::metrics::Histogram,
 }
 
 impl CheckpointMetrics {
     pub(super) fn new(job: &str) -> Self {
-        use weir_core::metrics::{counter, gauge};
+        use weir_core::metrics::{DURATION_BUCKETS, SIZE_BUCKETS, counter, gauge, histogram};
         let l = [("job", job)];
         CheckpointMetrics {
             completed: counter(
@@ -63,6 +66,18 @@ impl CheckpointMetrics {
                 "checkpoint_last_alignment_ms",
                 "Longest barrier alignment of any task in the last completed checkpoint.",
                 &l,
+            ),
+            duration_seconds: histogram(
+                "weir_checkpoint_duration_seconds",
+                "From trigger to the last acknowledgement, for every completed checkpoint and savepoint.",
+                &l,
+                DURATION_BUCKETS,
+            ),
+            size_histogram: histogram(
+                "weir_checkpoint_size_bytes",
+                "Bytes every completed checkpoint and savepoint wrote (incremental files count once).",
+                &l,
+                SIZE_BUCKETS,
             ),
         }
     }
@@ -193,11 +208,14 @@ pub(super) fn on_written(
     } = w;
     match result {
         Ok(path) => {
-            status.checkpoint_completed(id, &path);
             m.completed.inc();
             m.duration_ms.set(duration.as_millis() as i64);
             m.size_bytes.set(bytes as i64);
             m.alignment_ms.set(alignment.as_millis() as i64);
+            m.duration_seconds.observe(duration.as_secs_f64());
+            m.size_histogram.observe(bytes as f64);
+            // After the metrics: whoever sees it complete in the API finds it counted.
+            status.checkpoint_completed(id, &path);
             let duration_ms = duration.as_millis() as u64;
             if kind == CheckpointKind::Savepoint {
                 tracing::info!(

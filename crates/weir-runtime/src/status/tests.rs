@@ -2,7 +2,7 @@ use super::*;
 use weir_core::dsl::Pipeline;
 
 /// numbers (source, P1) → double (P2, rebalance) → discard (chained): heads 0 and 1.
-fn model() -> (Graph, Plan, JobStatus) {
+pub(super) fn model() -> (Graph, Plan, JobStatus) {
     let p = Pipeline::new();
     p.from_collection(vec![1i64, 2, 3])
         .name("numbers")
