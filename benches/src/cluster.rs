@@ -247,7 +247,8 @@ pub fn worker(
     join_timeout: Duration,
     setup_from: impl FnOnce(&[String]) -> anyhow::Result<(u64, u64, Setup)>,
 ) -> anyhow::Result<()> {
-    let joined = weir::cluster::join(coordinator, slots, join_timeout)?;
+    let credentials = weir::cluster::Credentials::from_env()?;
+    let joined = weir::cluster::join_with(coordinator, slots, join_timeout, credentials)?;
     let (events, keys, mut setup) =
         setup_from(joined.args()).context("the coordinator's job flags")?;
     setup.cluster = Some(ClusterConfig::worker(joined));

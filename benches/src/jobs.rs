@@ -69,6 +69,15 @@ fn env(setup: &Setup) -> Env {
     }
     if let Some(c) = &setup.cluster {
         env = env.cluster(c.clone());
+        // The cluster's TLS settings and secret from WEIR_TLS_DIR / WEIR_SECRET_FILE
+        // (benches/cluster_tls.sh); workers read the same in `cluster::worker`.
+        let bad = |e: weir::Error| -> ! { panic!("weir-bench: {e}") };
+        if let Some(t) = weir::Tls::from_env().unwrap_or_else(|e| bad(e)) {
+            env = env.tls(t);
+        }
+        if let Some(s) = weir::Secret::from_env().unwrap_or_else(|e| bad(e)) {
+            env = env.secret(s);
+        }
     }
     if let Some(a) = &setup.web {
         env = env.web_address(a);
