@@ -160,6 +160,9 @@ fn wrong_expired_or_missing_certificates_are_refused_on_both_sides() {
     );
     refusals += 1.0;
 
+    // A TCP liveness probe (connect, close) is no one to refuse: not counted.
+    drop(std::net::TcpStream::connect(&address).expect("a probe connects"));
+
     // No TLS at all: the coordinator says TLS is required.
     let e = join(&address, 1, wait).expect_err("plain text");
     let msg = e.to_string();

@@ -437,10 +437,11 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
     let (mut r, mut w) =
         match super::transport::server(stream, shared.job.cfg.tls.as_ref(), "coordinator").await {
             Ok(halves) => halves,
-            Err(reason) => {
+            Err(Some(reason)) => {
                 tracing::warn!(%peer, %reason, "refused a connection from {peer}: {reason}");
                 return;
             }
+            Err(None) => return,
         };
     let first = match tokio::time::timeout(shared.timeout, wire::read_frame(&mut r)).await {
         Ok(Ok(Some(b))) => b,

@@ -377,10 +377,11 @@ async fn serve(
     let (mut r, mut w) =
         match super::transport::server(stream, credentials.tls.as_ref(), "data").await {
             Ok(halves) => halves,
-            Err(reason) => {
+            Err(Some(reason)) => {
                 tracing::warn!(%peer, %reason, "refused a data connection from {peer}: {reason}");
                 return;
             }
+            Err(None) => return,
         };
     let first_frame = async |r: &mut super::transport::Reader| match tokio::time::timeout(
         Duration::from_secs(10),

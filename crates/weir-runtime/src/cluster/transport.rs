@@ -64,28 +64,29 @@ fn refused(port: &str) {
     .inc();
 }
 
-/// The server side of an accepted connection. `Err` is the reason it was refused
-/// (counted, and told to a plain client).
+/// The server side of an accepted connection. `Err(Some(reason))`: refused (counted, and
+/// told to a plain client); `Err(None)`: the peer closed or sent nothing within the time,
+/// as a TCP liveness probe does, which is no one to refuse.
 pub(crate) async fn server(
     stream: TcpStream,
     tls: Option<&Tls>,
     port: &str,
-) -> std::result::Result<(Reader, Writer), String> {
+) -> std::result::Result<(Reader, Writer), Option<String>> {
     let _ = stream.set_nodelay(true);
     let mut first = [0u8; 1];
     let looks_tls = match tokio::time::timeout(HANDSHAKE_WITHIN, stream.peek(&mut first)).await {
         Ok(Ok(1)) => first[0] == TLS_HANDSHAKE,
-        _ => return Err("the peer sent nothing".into()),
+        _ => return Err(None),
     };
     match (tls, looks_tls) {
         (None, false) => Ok(plain(stream)),
         (None, true) => {
             refused(port);
-            Err(
+            Err(Some(
                 "a TLS client connected, but this process has no TLS settings: give every \
                  process of the job the same TLS settings (--tls-dir), or none"
                     .into(),
-            )
+            ))
         }
         (Some(_), false) => {
             refused(port);
@@ -96,7 +97,7 @@ pub(crate) async fn server(
             body.extend_from_slice(reason.as_bytes());
             let _ = super::wire::write_frame(&mut stream, &body).await;
             linger(stream).await;
-            Err(format!("a client without TLS was refused ({reason})"))
+            Err(Some(format!("a client without TLS was refused ({reason})")))
         }
         (Some(tls), true) => {
             let acceptor = tokio_rustls::TlsAcceptor::from(tls.cluster_server.clone());
@@ -109,11 +110,11 @@ pub(crate) async fn server(
                 Ok(Err((e, stream))) => {
                     refused(port);
                     linger(stream).await;
-                    Err(format!("TLS handshake failed: {e}"))
+                    Err(Some(format!("TLS handshake failed: {e}")))
                 }
                 Err(_) => {
                     refused(port);
-                    Err("the TLS handshake did not complete".into())
+                    Err(Some("the TLS handshake did not complete".into()))
                 }
             }
         }
