@@ -750,10 +750,20 @@ fn a_cluster_coordinator_serves_the_api_and_stops_the_cluster_through_it() {
 
 /// Runs `weir job ARGS`; its exit success, standard output and standard error.
 fn weir_job(args: &[&str]) -> (bool, String, String) {
+    weir_job_with(args, &[])
+}
+
+/// Runs `weir job ARGS` with `env` set (and no `WEIR_SECRET_FILE` from the test's own
+/// environment); its exit success, standard output and standard error.
+pub(crate) fn weir_job_with(
+    args: &[&str],
+    env: &[(&str, &std::path::Path)],
+) -> (bool, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir-cli"))
         .arg("job")
         .args(args)
         .env_remove("WEIR_SECRET_FILE")
+        .envs(env.iter().copied())
         .output()
         .expect("run weir job");
     (

@@ -3,6 +3,7 @@
 //! from `weir job … --secret-file`, or from the file `WEIR_SECRET_FILE` names. Refusals
 //! are counted and leave the job running.
 
+use crate::rest_api::weir_job_with as weir_job;
 use std::time::Duration;
 use weir::prelude::*;
 use weir::{Secret, metrics};
@@ -33,22 +34,6 @@ fn post_as(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> (u16,
 
 fn refused(reason: &str) -> f64 {
     metrics::value("web_actions_refused_total", &[("reason", reason)]).unwrap_or(0.0)
-}
-
-/// Runs `weir job ARGS` with `env`; exit success, stdout, stderr.
-fn weir_job(args: &[&str], env: &[(&str, &std::path::Path)]) -> (bool, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir-cli"))
-        .arg("job")
-        .args(args)
-        .env_remove("WEIR_SECRET_FILE")
-        .envs(env.iter().copied())
-        .output()
-        .expect("run weir job");
-    (
-        out.status.success(),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
 }
 
 #[test]
