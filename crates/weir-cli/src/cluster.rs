@@ -2,7 +2,7 @@
 //! coordinator through its REST API (the coordinator's `--web` address), as `weir job`
 //! sends them, with a status that shows the workers and slots.
 
-use crate::job::{Api, text};
+use crate::job::{Api, text, write_last_checkpoint};
 use std::io::Write;
 
 /// What to ask.
@@ -66,15 +66,6 @@ fn write_status(
             text(&w["tasks"])
         )?;
     }
-    match checkpoints["latest_completed"].as_object() {
-        Some(c) => writeln!(
-            out,
-            "last checkpoint: {} {} ({})",
-            text(&c["kind"]),
-            text(&c["id"]),
-            text(&c["path"])
-        )?,
-        None => writeln!(out, "last checkpoint: none")?,
-    }
+    write_last_checkpoint(checkpoints, out)?;
     Ok(())
 }

@@ -231,6 +231,21 @@ pub fn text(v: &serde_json::Value) -> String {
     }
 }
 
+/// The `last checkpoint:` line of a status, from a `/v1/checkpoints` answer.
+pub fn write_last_checkpoint(ck: &serde_json::Value, out: &mut dyn Write) -> Result<()> {
+    match ck["latest_completed"].as_object() {
+        Some(c) => writeln!(
+            out,
+            "last checkpoint: {} {} ({})",
+            text(&c["kind"]),
+            text(&c["id"]),
+            text(&c["path"])
+        )?,
+        None => writeln!(out, "last checkpoint: none")?,
+    }
+    Ok(())
+}
+
 fn write_status(
     job: &serde_json::Value,
     ops: &serde_json::Value,
@@ -255,16 +270,7 @@ fn write_status(
             text(&job["cluster"]["slots"])
         )?;
     }
-    match ck["latest_completed"].as_object() {
-        Some(c) => writeln!(
-            out,
-            "last checkpoint: {} {} ({})",
-            text(&c["kind"]),
-            text(&c["id"]),
-            text(&c["path"])
-        )?,
-        None => writeln!(out, "last checkpoint: none")?,
-    }
+    write_last_checkpoint(ck, out)?;
     writeln!(
         out,
         "\n{:<24} {:>4} {:>12} {:>12} {:>10} {:>6} {:>6}",
