@@ -148,6 +148,55 @@ fn retry_config() -> object_store::RetryConfig {
 /// stopped server is noticed quickly.
 const CONNECT_TIMEOUT: &str = "5s";
 
+/// Settings given in code ([`set_options`]), applied over the environment's.
+fn options() -> &'static Mutex<Vec<(String, String)>> {
+    static OPTIONS: OnceLock<Mutex<Vec<(String, String)>>> = OnceLock::new();
+    OPTIONS.get_or_init(Default::default)
+}
+
+/// Sets options for every store opened afterwards in this process, over what the environment
+/// says: keys as `object_store` names them, the same as the environment variables in lower
+/// case (`aws_endpoint_url`, `aws_access_key_id`, `aws_secret_access_key`, `aws_region`,
+/// `aws_allow_http`, `google_service_account`, `azure_storage_account_name`, …). A key that
+/// does not belong to a store's kind is ignored by it; an unknown key fails
+/// [`Store::open`].
+///
+/// For programs that take credentials from their own configuration rather than the
+/// environment; a later call replaces the options of an earlier one.
+///
+/// ```
+/// weir_objstore::set_options([("aws_region", "eu-west-1")]);
+/// assert!(weir_objstore::Store::open("s3://bucket/prefix").is_ok());
+/// weir_objstore::set_options([("aws_no_such_key", "x")]);
+/// let e = weir_objstore::Store::open("s3://bucket/prefix").unwrap_err();
+/// assert!(e.to_string().contains("aws_no_such_key"), "{e}");
+/// weir_objstore::set_options(Vec::<(String, String)>::new());
+/// ```
+pub fn set_options<K: Into<String>, V: Into<String>>(options: impl IntoIterator<Item = (K, V)>) {
+    let new: Vec<(String, String)> = options
+        .into_iter()
+        .map(|(k, v)| (k.into().to_ascii_lowercase(), v.into()))
+        .collect();
+    *self::options().lock().unwrap_or_else(|p| p.into_inner()) = new;
+}
+
+/// The options of [`set_options`] whose keys start with one of `prefixes`, parsed as `C`.
+fn configured<C: std::str::FromStr>(prefixes: &[&str], url: &str) -> Result<Vec<(C, String)>>
+where
+    C::Err: std::fmt::Display,
+{
+    let all = options().lock().unwrap_or_else(|p| p.into_inner()).clone();
+    all.into_iter()
+        .filter(|(k, _)| prefixes.iter().any(|p| k.starts_with(p)))
+        .map(|(k, v)| {
+            k.parse::<C>().map(|c| (c, v)).map_err(|e| Error::Config {
+                url: url.to_string(),
+                message: format!("option '{k}': {e}"),
+            })
+        })
+        .collect()
+}
+
 /// The in-process stores of `memory://` URLs, by name.
 fn memory_store(name: &str) -> Arc<object_store::memory::InMemory> {
     static STORES: OnceLock<Mutex<HashMap<String, Arc<object_store::memory::InMemory>>>> =
@@ -186,58 +235,71 @@ impl Store {
                 "'.' and '..' are not allowed in an object prefix".into()
             ));
         }
-        let (store, multipart): (Arc<dyn ObjectStore>, Arc<dyn MultipartStore>) =
-            match scheme.as_str() {
-                "s3" | "s3a" => {
-                    let s = object_store::aws::AmazonS3Builder::from_env()
-                        .with_bucket_name(bucket)
-                        .with_retry(retry_config())
-                        .with_config(
-                            object_store::aws::AmazonS3ConfigKey::Client(ConnectTimeout),
-                            CONNECT_TIMEOUT,
-                        )
-                        .build()
-                        .map_err(|e| bad(e.to_string()))?;
-                    let s = Arc::new(s);
-                    (s.clone(), s)
+        let (store, multipart): (Arc<dyn ObjectStore>, Arc<dyn MultipartStore>) = match scheme
+            .as_str()
+        {
+            "s3" | "s3a" => {
+                let mut b = object_store::aws::AmazonS3Builder::from_env();
+                for (k, v) in configured::<object_store::aws::AmazonS3ConfigKey>(&["aws_"], url)? {
+                    b = b.with_config(k, v);
                 }
-                "gs" => {
-                    let s = object_store::gcp::GoogleCloudStorageBuilder::from_env()
-                        .with_bucket_name(bucket)
-                        .with_retry(retry_config())
-                        .with_config(
-                            object_store::gcp::GoogleConfigKey::Client(ConnectTimeout),
-                            CONNECT_TIMEOUT,
-                        )
-                        .build()
-                        .map_err(|e| bad(e.to_string()))?;
-                    let s = Arc::new(s);
-                    (s.clone(), s)
+                let s = b
+                    .with_bucket_name(bucket)
+                    .with_retry(retry_config())
+                    .with_config(
+                        object_store::aws::AmazonS3ConfigKey::Client(ConnectTimeout),
+                        CONNECT_TIMEOUT,
+                    )
+                    .build()
+                    .map_err(|e| bad(e.to_string()))?;
+                let s = Arc::new(s);
+                (s.clone(), s)
+            }
+            "gs" => {
+                let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env();
+                for (k, v) in configured::<object_store::gcp::GoogleConfigKey>(&["google_"], url)? {
+                    b = b.with_config(k, v);
                 }
-                "az" | "azure" => {
-                    let s = object_store::azure::MicrosoftAzureBuilder::from_env()
-                        .with_container_name(bucket)
-                        .with_retry(retry_config())
-                        .with_config(
-                            object_store::azure::AzureConfigKey::Client(ConnectTimeout),
-                            CONNECT_TIMEOUT,
-                        )
-                        .build()
-                        .map_err(|e| bad(e.to_string()))?;
-                    let s = Arc::new(s);
-                    (s.clone(), s)
+                let s = b
+                    .with_bucket_name(bucket)
+                    .with_retry(retry_config())
+                    .with_config(
+                        object_store::gcp::GoogleConfigKey::Client(ConnectTimeout),
+                        CONNECT_TIMEOUT,
+                    )
+                    .build()
+                    .map_err(|e| bad(e.to_string()))?;
+                let s = Arc::new(s);
+                (s.clone(), s)
+            }
+            "az" | "azure" => {
+                let mut b = object_store::azure::MicrosoftAzureBuilder::from_env();
+                for (k, v) in configured::<object_store::azure::AzureConfigKey>(&["azure_"], url)? {
+                    b = b.with_config(k, v);
                 }
-                "memory" => {
-                    let s = memory_store(bucket);
-                    (s.clone(), s)
-                }
-                other => {
-                    return Err(bad(format!(
-                        "unknown scheme '{other}' (weir reads s3://, gs://, az:// and memory://; \
+                let s = b
+                    .with_container_name(bucket)
+                    .with_retry(retry_config())
+                    .with_config(
+                        object_store::azure::AzureConfigKey::Client(ConnectTimeout),
+                        CONNECT_TIMEOUT,
+                    )
+                    .build()
+                    .map_err(|e| bad(e.to_string()))?;
+                let s = Arc::new(s);
+                (s.clone(), s)
+            }
+            "memory" => {
+                let s = memory_store(bucket);
+                (s.clone(), s)
+            }
+            other => {
+                return Err(bad(format!(
+                    "unknown scheme '{other}' (weir reads s3://, gs://, az:// and memory://; \
                          a local directory is a plain path or file://)"
-                    )));
-                }
-            };
+                )));
+            }
+        };
         Ok(Store {
             inner: Arc::new(Inner {
                 url: format!(

@@ -1,0 +1,185 @@
+//! The S3-compatible server of the object-storage tests: S3Proxy started by `scripts/s3.sh`
+//! (once per test process, stopped after it) unless `WEIR_S3_ENDPOINT` names a running one
+//! (as `.ci/run` does, with `WEIR_S3_DIR` naming its directory), and dedicated servers for
+//! tests that kill and restart theirs.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The bucket every test writes into, each under its own prefix.
+pub const BUCKET: &str = "weir-tests";
+
+/// A running S3-compatible server.
+#[derive(Debug)]
+pub struct Server {
+    /// Its endpoint, `http://127.0.0.1:PORT`.
+    pub endpoint: String,
+    /// Its directory (`WEIR_S3_DIR` of scripts/s3.sh): the buckets are directories of
+    /// `data/`.
+    pub dir: PathBuf,
+    /// Stop it when dropped (dedicated servers).
+    owned: bool,
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/s3.sh")
+}
+
+fn run(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("bash")
+        .arg(script())
+        .args(args)
+        .env("WEIR_S3_DIR", dir)
+        .output()
+        .unwrap_or_else(|e| panic!("run scripts/s3.sh: {e}"));
+    assert!(
+        out.status.success(),
+        "scripts/s3.sh {} failed:\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// The shared server: every test's objects go to bucket [`BUCKET`] under a prefix of its
+/// own ([`url`]). This process's object stores are configured for it
+/// (`weir_objstore::set_options`), and [`Server::env`] gives child processes the same.
+pub fn shared() -> &'static Server {
+    static SERVER: OnceLock<Server> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        let dir = match std::env::var("WEIR_S3_DIR") {
+            Ok(d) if !d.trim().is_empty() && std::env::var("WEIR_S3_ENDPOINT").is_ok() => {
+                PathBuf::from(d)
+            }
+            _ => std::env::temp_dir().join(format!("weir-tests-s3-{}", std::process::id())),
+        };
+        let endpoint = crate::service_address(
+            "WEIR_S3_ENDPOINT",
+            "s3.sh",
+            &[("WEIR_S3_DIR", dir.clone().into_os_string())],
+        );
+        let server = Server {
+            endpoint,
+            dir,
+            owned: false,
+        };
+        server.make_bucket(BUCKET);
+        weir_objstore::set_options(server.options());
+        server
+    })
+}
+
+/// A fresh `s3://weir-tests/<test>-<unique>` prefix on the shared server.
+pub fn url(test: &str) -> String {
+    shared();
+    format!("s3://{BUCKET}/{}", crate::unique(test))
+}
+
+impl Server {
+    /// A server of the test's own, in `dir` (which must not be the shared one's), stopped and
+    /// removed when dropped: for tests that kill and restart their server.
+    pub fn dedicated(dir: &Path) -> Server {
+        let endpoint = run(dir, &["start"])
+            .lines()
+            .last()
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        assert!(
+            endpoint.starts_with("http://"),
+            "scripts/s3.sh start printed {endpoint:?}"
+        );
+        let server = Server {
+            endpoint,
+            dir: dir.to_path_buf(),
+            owned: true,
+        };
+        server.make_bucket(BUCKET);
+        server
+    }
+
+    /// Creates `bucket` if it does not exist.
+    pub fn make_bucket(&self, bucket: &str) {
+        run(&self.dir, &["mb", bucket]);
+    }
+
+    /// SIGKILLs the server (its data stays).
+    pub fn kill(&self) {
+        run(&self.dir, &["kill"]);
+    }
+
+    /// Starts it again after [`kill`](Self::kill), on the same port and data.
+    pub fn restart(&self) {
+        let endpoint = run(&self.dir, &["start"])
+            .lines()
+            .last()
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        assert_eq!(endpoint, self.endpoint, "the server came back elsewhere");
+    }
+
+    /// The `object_store` options that reach this server (endpoint, test credentials, plain
+    /// HTTP).
+    pub fn options(&self) -> Vec<(String, String)> {
+        self.env()
+            .into_iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v))
+            .collect()
+    }
+
+    /// The environment a child process (`file_sum`, `weir`) needs to use this server: the
+    /// standard `AWS_*` variables of `scripts/s3.sh env`.
+    pub fn env(&self) -> Vec<(String, String)> {
+        run(&self.dir, &["env"])
+            .lines()
+            .filter_map(|l| l.strip_prefix("export "))
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| {
+                let v = if k == "AWS_ENDPOINT_URL" {
+                    self.endpoint.as_str()
+                } else {
+                    v
+                };
+                (
+                    k.to_string(),
+                    v.trim_matches('\'').trim_matches('"').to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// The objects under `prefix` of `bucket`, as the server's files: the filesystem
+    /// provider keeps each object as a file (for checks that must not go through weir).
+    pub fn files(&self, bucket: &str, prefix: &str) -> Vec<PathBuf> {
+        let root = self.dir.join("data").join(bucket).join(prefix);
+        let mut out = Vec::new();
+        let mut stack = vec![root];
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                if e.path().is_dir() {
+                    stack.push(e.path());
+                } else {
+                    out.push(e.path());
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.owned {
+            let _ = std::process::Command::new("bash")
+                .arg(script())
+                .arg("stop")
+                .env("WEIR_S3_DIR", &self.dir)
+                .output();
+        }
+    }
+}
