@@ -178,6 +178,7 @@ pub fn set_options<K: Into<String>, V: Into<String>>(options: impl IntoIterator<
         .map(|(k, v)| (k.into().to_ascii_lowercase(), v.into()))
         .collect();
     *self::options().lock().unwrap_or_else(|p| p.into_inner()) = new;
+    roots().lock().unwrap_or_else(|p| p.into_inner()).clear();
 }
 
 /// The options of [`set_options`] whose keys start with one of `prefixes`, parsed as `C`.
@@ -197,6 +198,12 @@ where
         .collect()
 }
 
+/// Opened buckets, by `scheme://bucket` (emptied by [`set_options`]).
+fn roots() -> &'static Mutex<HashMap<String, Store>> {
+    static ROOTS: OnceLock<Mutex<HashMap<String, Store>>> = OnceLock::new();
+    ROOTS.get_or_init(Default::default)
+}
+
 /// The in-process stores of `memory://` URLs, by name.
 fn memory_store(name: &str) -> Arc<object_store::memory::InMemory> {
     static STORES: OnceLock<Mutex<HashMap<String, Arc<object_store::memory::InMemory>>>> =
@@ -214,6 +221,33 @@ impl Store {
     /// Opens `url` (see the crate documentation for schemes and credentials). Nothing is
     /// requested from the server yet; a wrong endpoint or credentials show on first use.
     pub fn open(url: &str) -> Result<Store> {
+        // One client (and connection pool) per bucket: open the bucket once, then take the
+        // prefix below it.
+        let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if scheme.is_empty()
+            || bucket.is_empty()
+            || prefix.split('/').any(|p| p == "." || p == "..")
+        {
+            return Store::open_uncached(url);
+        }
+        let root_url = format!("{}://{bucket}", scheme.to_ascii_lowercase());
+        let root = {
+            let cache = roots();
+            let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+            match cache.get(&root_url) {
+                Some(r) => r.clone(),
+                None => {
+                    let r = Store::open_uncached(&root_url)?;
+                    cache.insert(root_url, r.clone());
+                    r
+                }
+            }
+        };
+        Ok(root.child(prefix))
+    }
+
+    fn open_uncached(url: &str) -> Result<Store> {
         let bad = |message: String| Error::Config {
             url: url.to_string(),
             message,
