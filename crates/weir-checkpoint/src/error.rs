@@ -61,6 +61,11 @@ pub enum Error {
     #[error("invalid checkpoint configuration: {0}")]
     InvalidConfig(String),
 
+    /// Object storage failed (after its retries): the message names the operation and the
+    /// object's URL.
+    #[error("{0}")]
+    ObjectStore(#[from] weir_objstore::Error),
+
     /// A file system operation failed.
     #[error("could not {action} {}: {source}", path.display())]
     Io {

@@ -142,10 +142,19 @@ impl Ownership {
         }
         let mut dirs: Vec<Claim> = Vec::new();
         for c in claims {
-            std::fs::create_dir_all(&c.dir)
-                .map_err(|e| Error::io("create directory", &c.dir, e))?;
-            let dir =
-                std::path::absolute(&c.dir).map_err(|e| Error::io("resolve path", &c.dir, e))?;
+            let dir = if let Some(local) = c.dir.to_str().and_then(|d| d.strip_prefix("file://")) {
+                PathBuf::from(local)
+            } else {
+                c.dir.clone()
+            };
+            let dir = if crate::storage::remote::is_remote(&dir) {
+                // Object storage has no directories to create; the URL in its normal form.
+                PathBuf::from(crate::storage::remote::open(&dir)?.url())
+            } else {
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| Error::io("create directory", &dir, e))?;
+                std::path::absolute(&dir).map_err(|e| Error::io("resolve path", &dir, e))?
+            };
             if !dirs.iter().any(|d| d.dir == dir) {
                 dirs.push(Claim { dir, what: c.what });
             }

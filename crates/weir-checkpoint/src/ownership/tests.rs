@@ -294,3 +294,90 @@ fn a_storage_whose_owner_lost_the_directory_writes_and_deletes_nothing() {
     assert_eq!(complete, [1, 2], "no manifest written, nothing deleted");
     assert!(storage.dir().join("chk-00000000000000000003").exists());
 }
+
+/// Object storage (`memory://` here; the chaos tests use a real S3-compatible server).
+mod on_object_storage {
+    use super::*;
+
+    fn url(name: &str) -> PathBuf {
+        PathBuf::from(format!("memory://owners-{name}/ck"))
+    }
+
+    #[test]
+    fn a_second_run_is_refused_until_the_first_ends() {
+        let dir = url("refused");
+        let first = acquire(&dir).unwrap();
+        let e = acquire(&dir).unwrap_err();
+        let Error::Owned { dir: d, message } = &e else {
+            panic!("{e}")
+        };
+        assert_eq!(d, &dir);
+        assert!(
+            message.contains(&format!("pid {}", std::process::id())),
+            "{message}"
+        );
+        first.verify().unwrap();
+        // Renewals go on; the run keeps the directory.
+        std::thread::sleep(LEASE * 2);
+        first.verify().unwrap();
+        let store = weir_objstore::Store::open(dir.to_str().unwrap()).unwrap();
+        let records = store.list(".weir-owner-").unwrap();
+        assert!(!records.is_empty() && records.len() <= 3, "{records:?}");
+        drop(first);
+        acquire(&dir).unwrap().verify().unwrap();
+    }
+
+    #[test]
+    fn of_runs_racing_for_one_number_at_most_one_creates_it() {
+        let dir = url("race");
+        let record = |token: &str| {
+            let mut r = foreign(1, "elsewhere", 1);
+            r.token = token.into();
+            r
+        };
+        for seq in 1..=40u64 {
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(3));
+            let winners: Vec<bool> = (0..3)
+                .map(|i| {
+                    let (dir, barrier, r) =
+                        (dir.clone(), barrier.clone(), record(&format!("t{i}")));
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        record::create(&dir, seq, &r).unwrap()
+                    })
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .collect();
+            assert!(
+                winners.iter().filter(|w| **w).count() <= 1,
+                "seq {seq}: {winners:?}"
+            );
+            // Losers removed their objects: a winner's record is the only one of its number.
+            let store = weir_objstore::Store::open(dir.to_str().unwrap()).unwrap();
+            let at_seq = store.list(&format!(".weir-owner-{seq:020}-")).unwrap();
+            assert_eq!(
+                at_seq.len(),
+                usize::from(winners.contains(&true)),
+                "seq {seq}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_stray_losing_record_does_not_take_the_directory() {
+        let dir = url("stray");
+        let run = acquire(&dir).unwrap();
+        let store = weir_objstore::Store::open(dir.to_str().unwrap()).unwrap();
+        let seq = record::list(&dir).unwrap().last().copied().unwrap();
+        // A loser that crashed between writing its object and deleting it, with a token
+        // that sorts first.
+        let stray = serde_json::to_vec(&foreign(1, "elsewhere", 1)).unwrap();
+        store
+            .put(&format!(".weir-owner-{seq:020}-0000"), stray)
+            .unwrap();
+        run.verify().unwrap();
+        drop(run);
+    }
+}

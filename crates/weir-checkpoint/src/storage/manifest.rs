@@ -156,6 +156,11 @@ pub struct Manifest {
     /// path.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stops_job: bool,
+    /// Object storage only: the token of the writer whose objects hold the checkpoint's own
+    /// files (`chk-<id>/<token>/<file>`), set when the manifest is written. `None` in a
+    /// directory, where the files are `chk-<id>/<file>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objects: Option<String>,
 }
 
 impl Manifest {
@@ -176,6 +181,7 @@ impl Manifest {
             stats: ManifestStats::default(),
             operators: Vec::new(),
             stops_job: false,
+            objects: None,
         }
     }
 
@@ -229,7 +235,15 @@ impl Manifest {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn read(path: &Path) -> Result<Manifest> {
+        if super::remote::is_remote(path) {
+            return super::remote::read_manifest_at(path);
+        }
         let bytes = std::fs::read(path).map_err(|e| Error::io("read", path, e))?;
+        Manifest::parse(&bytes, path)
+    }
+
+    /// [`read`](Self::read) for the bytes of a `_metadata` file read from `path`.
+    pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<Manifest> {
         let corrupt = |problem| Error::Corrupt {
             checkpoint: path
                 .parent()
@@ -239,10 +253,10 @@ impl Manifest {
             file: path.to_path_buf(),
             problem,
         };
-        let (recorded, body) = match split_checksum(&bytes) {
+        let (recorded, body) = match split_checksum(bytes) {
             Some(Ok((crc, body))) => (Some(crc), Cow::Owned(body)),
             Some(Err(())) => return Err(corrupt(FileProblem::ManifestChecksumMissing)),
-            None => (None, Cow::Borrowed(bytes.as_slice())),
+            None => (None, Cow::Borrowed(bytes)),
         };
         if let Some(expected) = recorded {
             let actual = crc32fast::hash(&body);

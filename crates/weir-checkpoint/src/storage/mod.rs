@@ -63,6 +63,9 @@ pub(crate) mod layout;
 mod manifest;
 mod owned;
 mod registry;
+pub(crate) mod remote;
+#[cfg(test)]
+mod remote_tests;
 mod retain;
 mod stop;
 #[cfg(test)]
@@ -132,6 +135,8 @@ pub struct LatestComplete {
 #[derive(Debug, Clone)]
 pub struct CheckpointStorage {
     dir: PathBuf,
+    /// The store when `dir` is an object-storage URL.
+    remote: Option<weir_objstore::Store>,
     registry: Arc<Registry>,
     /// The run's lease on the directory, checked before every durable act.
     owner: Option<crate::Ownership>,
@@ -141,18 +146,41 @@ impl CheckpointStorage {
     /// Opens the storage at `dir`, creating it (and `shared/`) if missing.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref();
+        if let Some(local) = dir.to_str().and_then(|d| d.strip_prefix("file://")) {
+            return CheckpointStorage::open(local);
+        }
+        if remote::is_remote(dir) {
+            let store = remote::open(dir)?;
+            return Ok(CheckpointStorage {
+                dir: PathBuf::from(store.url()),
+                remote: Some(store),
+                registry: Arc::default(),
+                owner: None,
+            });
+        }
         let dir = std::path::absolute(dir).map_err(|e| Error::io("resolve path", dir, e))?;
         let shared = dir.join(SHARED_DIR);
         layout::create_dir_all_synced(&shared)
             .map_err(|e| Error::io("create directory", &shared, e))?;
         Ok(CheckpointStorage {
             dir,
+            remote: None,
             registry: Arc::default(),
             owner: None,
         })
     }
 
-    /// The storage directory (absolute).
+    /// The object store, when the storage is on object storage.
+    pub(crate) fn remote(&self) -> Option<&weir_objstore::Store> {
+        self.remote.as_ref()
+    }
+
+    /// True when the storage is on object storage (its [`dir`](Self::dir) is a URL).
+    pub fn is_remote(&self) -> bool {
+        self.remote.is_some()
+    }
+
+    /// The storage directory (absolute), or its URL on object storage.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -160,6 +188,9 @@ impl CheckpointStorage {
     /// Every `chk-` and `sp-` directory, complete or not, sorted by id (then kind, then path).
     /// Other entries are ignored.
     pub fn list(&self) -> Result<Vec<CheckpointInfo>> {
+        if let Some(store) = &self.remote {
+            return remote::list(store, &self.dir);
+        }
         let entries =
             std::fs::read_dir(&self.dir).map_err(|e| Error::io("list directory", &self.dir, e))?;
         let mut found = Vec::new();
@@ -206,6 +237,21 @@ impl CheckpointStorage {
         // A run that lost the directory must not write files into another run's attempt.
         self.check_owner()?;
         let dir = self.dir.join(layout::checkpoint_dir_name(id));
+        if let Some(store) = &self.remote {
+            let name = layout::checkpoint_dir_name(id);
+            if store.head(&format!("{name}/{METADATA}"))?.is_some() {
+                return Err(Error::AlreadyExists { path: dir });
+            }
+            tracing::debug!(checkpoint = %id, %kind, path = %dir.display(), "writing checkpoint");
+            return CheckpointWriter::new_remote(
+                id,
+                kind,
+                dir,
+                remote::RemoteDir::new(store.clone(), name),
+                self.registry.clone(),
+                self.owner.clone(),
+            );
+        }
         std::fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", &dir, e))?;
         if dir.join(METADATA).exists() {
             return Err(Error::AlreadyExists { path: dir });
@@ -231,6 +277,21 @@ impl CheckpointStorage {
         layout::validate_savepoint_name(name)?;
         self.check_owner()?;
         let dir = self.dir.join(layout::savepoint_dir_name(id, name));
+        if let Some(store) = &self.remote {
+            let dir_name = layout::savepoint_dir_name(id, name);
+            if !store.list(&format!("{dir_name}/"))?.is_empty() {
+                return Err(Error::AlreadyExists { path: dir });
+            }
+            tracing::debug!(checkpoint = %id, path = %dir.display(), "writing savepoint");
+            return CheckpointWriter::new_remote(
+                id,
+                CheckpointKind::Savepoint,
+                dir,
+                remote::RemoteDir::new(store.clone(), dir_name),
+                self.registry.clone(),
+                self.owner.clone(),
+            );
+        }
         // Fsyncs the storage directory, so that the new entry survives a crash.
         match layout::create_dir_synced(&dir) {
             Ok(()) => {}
@@ -256,6 +317,9 @@ impl CheckpointStorage {
     /// referenced file must exist with the recorded size and CRC-32; the error of the first
     /// that does not names the checkpoint, the file and the problem.
     pub fn load(&self, path: impl AsRef<Path>) -> Result<Manifest> {
+        if remote::is_remote(path.as_ref()) {
+            return remote::load(path.as_ref());
+        }
         let dir = layout::resolve(path.as_ref())?;
         let span = tracing::info_span!("checkpoint_load", path = %dir.display());
         let _enter = span.enter();
@@ -324,6 +388,9 @@ impl CheckpointStorage {
     /// Reads one file of the checkpoint at `checkpoint` (any form [`load`](Self::load)
     /// accepts), verifying its size and checksum again.
     pub fn read_file(&self, checkpoint: impl AsRef<Path>, entry: &FileEntry) -> Result<Vec<u8>> {
+        if remote::is_remote(checkpoint.as_ref()) {
+            return remote::read_file(checkpoint.as_ref(), entry);
+        }
         let dir = layout::resolve(checkpoint.as_ref())?;
         layout::validate_file_name(&entry.name)?;
         let path = if entry.shared {
@@ -367,6 +434,25 @@ impl CheckpointStorage {
     /// [`retain`](Self::retain), like the shared files of a discarded one, and such a
     /// savepoint is the user's). A writer still writing it fails from then on.
     pub fn discard(&self, id: CheckpointId) -> Result<bool> {
+        if let Some(store) = &self.remote {
+            let mut removed = false;
+            for c in self.list()?.into_iter().filter(|c| c.id == id) {
+                if c.complete {
+                    tracing::debug!(checkpoint = %id, path = %c.path.display(), "not discarding a complete checkpoint");
+                    continue;
+                }
+                self.check_owner()?;
+                let name = c
+                    .path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or_default();
+                remote::delete_dir(store, name)?;
+                tracing::debug!(checkpoint = %id, path = %c.path.display(), "discarded");
+                removed = true;
+            }
+            return Ok(removed);
+        }
         let mut dirs = vec![self.dir.join(layout::checkpoint_dir_name(id))];
         dirs.extend(
             self.list()?

@@ -53,7 +53,10 @@ impl CheckpointStorage {
         // List shared/ before the checkpoint directories: a shared file in this listing was
         // written by a writer whose directory the listing below sees.
         let shared_dir = self.dir.join(SHARED_DIR);
-        let shared_names = list_names(&shared_dir)?;
+        let shared_names = match self.remote() {
+            Some(store) => super::remote::shared_names(store)?,
+            None => list_names(&shared_dir)?,
+        };
         let all = self.list()?;
         let in_flight: HashSet<PathBuf> = self
             .registry
@@ -77,13 +80,13 @@ impl CheckpointStorage {
             .filter(|c| !c.complete && !in_flight.contains(&c.path))
         {
             if newest.is_some_and(|n| c.id < n) {
-                delete_dir(&c.path, &mut report)?;
+                self.delete_checkpoint_dir(&c.path, &mut report)?;
             } else {
                 busy = Some(c.path.clone());
             }
         }
         for c in old {
-            delete_dir(&c.path, &mut report)?;
+            self.delete_checkpoint_dir(&c.path, &mut report)?;
         }
         // An incomplete savepoint older than the newest complete checkpoint was aborted, or
         // its process crashed while writing it: it can never complete. (A savepoint being
@@ -95,7 +98,7 @@ impl CheckpointStorage {
                 && !in_flight.contains(&c.path)
                 && newest.is_some_and(|n| c.id < n)
         }) {
-            delete_dir(&c.path, &mut report)?;
+            self.delete_checkpoint_dir(&c.path, &mut report)?;
         }
 
         if let Some(path) = busy {
@@ -136,6 +139,11 @@ impl CheckpointStorage {
             // Forgotten before it is deleted: a writer never reuses a file being deleted.
             books.stored.remove(&name);
             let path = shared_dir.join(&name);
+            if let Some(store) = self.remote() {
+                store.delete(&format!("{SHARED_DIR}/{name}"))?;
+                report.deleted_shared.push(name);
+                continue;
+            }
             match std::fs::remove_file(&path) {
                 Ok(()) => report.deleted_shared.push(name),
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
@@ -149,6 +157,20 @@ impl CheckpointStorage {
             "retention done"
         );
         Ok(report)
+    }
+}
+
+impl CheckpointStorage {
+    /// Deletes a checkpoint directory or its objects, the manifest first.
+    fn delete_checkpoint_dir(&self, dir: &Path, report: &mut RetainReport) -> Result<()> {
+        let Some(store) = self.remote() else {
+            return delete_dir(dir, report);
+        };
+        let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        super::remote::delete_dir(store, name)?;
+        tracing::debug!(path = %dir.display(), "deleted checkpoint");
+        report.deleted.push(dir.to_path_buf());
+        Ok(())
     }
 }
 

@@ -35,6 +35,9 @@ impl CheckpointStorage {
             path: path.to_path_buf(),
         };
         let bytes = serde_json::to_vec_pretty(&record).expect("a stop record serializes");
+        if let Some(store) = self.remote() {
+            return super::remote::write_stop(store, bytes);
+        }
         let target = self.dir().join(STOP_RECORD);
         let tmp = self.dir().join(format!("{STOP_RECORD}.tmp"));
         write_synced(&tmp, &bytes)?;
@@ -45,6 +48,14 @@ impl CheckpointStorage {
     /// The savepoint the job last stopped with, if it ever stopped with one here.
     pub fn stop_record(&self) -> Result<Option<StopRecord>> {
         let path = self.dir().join(STOP_RECORD);
+        if let Some(store) = self.remote() {
+            return match super::remote::read_stop(store)? {
+                Some(bytes) => serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|source| Error::ManifestParse { path, source }),
+                None => Ok(None),
+            };
+        }
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

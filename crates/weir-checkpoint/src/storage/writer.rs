@@ -33,6 +33,8 @@ struct Inner {
     registry: Arc<Registry>,
     /// The run's lease, checked right before the manifest is renamed into place.
     owner: Option<crate::Ownership>,
+    /// Where the objects go, on object storage.
+    remote: Option<super::remote::RemoteDir>,
     token: u64,
     seq: AtomicU64,
     state: Mutex<State>,
@@ -60,6 +62,31 @@ impl CheckpointWriter {
         registry: Arc<Registry>,
         owner: Option<crate::Ownership>,
     ) -> Result<Self> {
+        Self::build(id, kind, dir, shared_dir, None, registry, owner)
+    }
+
+    /// A writer of checkpoint `id` into object storage.
+    pub(crate) fn new_remote(
+        id: CheckpointId,
+        kind: CheckpointKind,
+        dir: PathBuf,
+        remote: super::remote::RemoteDir,
+        registry: Arc<Registry>,
+        owner: Option<crate::Ownership>,
+    ) -> Result<Self> {
+        let shared_dir = layout::shared_dir_of(&dir);
+        Self::build(id, kind, dir, shared_dir, Some(remote), registry, owner)
+    }
+
+    fn build(
+        id: CheckpointId,
+        kind: CheckpointKind,
+        dir: PathBuf,
+        shared_dir: PathBuf,
+        remote: Option<super::remote::RemoteDir>,
+        registry: Arc<Registry>,
+        owner: Option<crate::Ownership>,
+    ) -> Result<Self> {
         let token = registry.register(&dir)?;
         let inner = Inner {
             id,
@@ -68,6 +95,7 @@ impl CheckpointWriter {
             shared_dir,
             registry,
             owner,
+            remote,
             token,
             seq: AtomicU64::new(0),
             state: Mutex::new(State::default()),
@@ -100,7 +128,10 @@ impl CheckpointWriter {
         layout::validate_file_name(name)?;
         self.reserve(name, false)?;
         let path = self.inner.dir.join(name);
-        let written = layout::write_synced(&path, bytes);
+        let written = match &self.inner.remote {
+            Some(r) => r.write_own(name, bytes),
+            None => layout::write_synced(&path, bytes),
+        };
         if written.is_err() {
             self.state().names.remove(name);
         }
@@ -119,6 +150,17 @@ impl CheckpointWriter {
     /// need not tell the two cases apart.
     pub fn write_shared(&self, name: &str, bytes: &[u8]) -> Result<FileEntry> {
         let new = entry(name, bytes, !self.inner.kind.is_savepoint());
+        if let Some(r) = &self.inner.remote {
+            if self.place_remote(r, &new)? {
+                if new.shared {
+                    r.write_shared(name, bytes)?;
+                } else {
+                    r.write_own(name, bytes)?;
+                }
+            }
+            self.stored(&new);
+            return Ok(new);
+        }
         let Some((path, tmp)) = self.place_shared(&new)? else {
             return Ok(new);
         };
@@ -156,17 +198,20 @@ impl CheckpointWriter {
         let Some(entry) = books.stored.get(name).cloned() else {
             return Ok(None);
         };
-        match std::fs::metadata(&path) {
-            Ok(m) if m.is_file() && m.len() == entry.size => {}
-            Ok(_) => {
+        let found = match &self.inner.remote {
+            Some(r) => r.shared_size(name).map(|s| s.map(|size| (true, size))),
+            None => match std::fs::metadata(&path) {
+                Ok(m) => Ok(Some((m.is_file(), m.len()))),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(Error::io("read", path, e)),
+            },
+        };
+        match found? {
+            Some((true, size)) if size == entry.size => {}
+            _ => {
                 books.stored.remove(name);
                 return Ok(None);
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                books.stored.remove(name);
-                return Ok(None);
-            }
-            Err(e) => return Err(Error::io("read", path, e)),
         }
         if let Some(w) = books.writers.get_mut(&self.inner.token) {
             w.shared.insert(name.to_string());
@@ -180,6 +225,9 @@ impl CheckpointWriter {
     /// upload reads each new file once (for its checksum) instead of reading and writing it.
     pub fn link_shared(&self, name: &str, source: &Path) -> Result<FileEntry> {
         layout::validate_file_name(name)?;
+        if let Some(r) = &self.inner.remote {
+            return self.upload_shared(r, name, source);
+        }
         let (size, crc32) = layout::file_crc(source).map_err(|e| Error::io("read", source, e))?;
         let new = FileEntry {
             name: name.to_string(),
@@ -219,6 +267,72 @@ impl CheckpointWriter {
         linked?;
         self.stored(&new);
         Ok(new)
+    }
+
+    /// [`link_shared`](Self::link_shared) on object storage: uploaded, streamed, unless an
+    /// object of that name and size is there already.
+    fn upload_shared(
+        &self,
+        r: &super::remote::RemoteDir,
+        name: &str,
+        source: &Path,
+    ) -> Result<FileEntry> {
+        let shared = !self.inner.kind.is_savepoint();
+        self.reserve(name, true)?;
+        if shared {
+            self.inner.registry.protect_shared(self.inner.token, name);
+            let size = std::fs::metadata(source)
+                .map_err(|e| Error::io("read", source, e))?
+                .len();
+            if r.shared_size(name)? == Some(size) {
+                let (size, crc32) =
+                    layout::file_crc(source).map_err(|e| Error::io("read", source, e))?;
+                let new = FileEntry {
+                    name: name.to_string(),
+                    size,
+                    crc32,
+                    shared,
+                };
+                self.stored(&new);
+                return Ok(new);
+            }
+        }
+        let (size, crc32) = if shared {
+            r.upload_shared(name, source)?
+        } else {
+            r.upload_own(name, source)?
+        };
+        let new = FileEntry {
+            name: name.to_string(),
+            size,
+            crc32,
+            shared,
+        };
+        self.stored(&new);
+        Ok(new)
+    }
+
+    /// Claims a shared file's name on object storage: true when it must be written (no
+    /// object of that name and size exists; names identify contents).
+    fn place_remote(&self, r: &super::remote::RemoteDir, new: &FileEntry) -> Result<bool> {
+        let name = new.name.as_str();
+        layout::validate_file_name(name)?;
+        self.reserve(name, true)?;
+        if !new.shared {
+            return Ok(true);
+        }
+        self.inner.registry.protect_shared(self.inner.token, name);
+        match r.shared_size(name)? {
+            Some(size) if size == new.size => Ok(false),
+            Some(existing_size) => Err(Error::SharedConflict {
+                path: self.inner.shared_dir.join(name),
+                existing_size,
+                existing_crc: 0,
+                new_size: new.size,
+                new_crc: new.crc32,
+            }),
+            None => Ok(true),
+        }
     }
 
     /// Records a file this writer stored in (or found in) `shared/`.
@@ -301,6 +415,9 @@ impl CheckpointWriter {
             )));
         }
         manifest.check(&inner.dir)?;
+        if let Some(r) = &inner.remote {
+            return self.finish_remote(r, state, manifest);
+        }
         let mut any_shared = false;
         for f in manifest.files() {
             any_shared |= f.shared;
@@ -341,6 +458,35 @@ impl CheckpointWriter {
         }
         std::fs::rename(&tmp, &target).map_err(|e| Error::io("rename into place", &tmp, e))?;
         layout::sync_dir(&inner.dir)?;
+        state.finished = true;
+        drop(state);
+        inner.registry.unregister(inner.token);
+        tracing::debug!(path = %inner.dir.display(), files = manifest.files().count(), "checkpoint written");
+        Ok(inner.dir.clone())
+    }
+
+    /// [`finish`](Self::finish) on object storage: checks the files, then writes the
+    /// manifest with one PUT (the commit point; see `remote`).
+    fn finish_remote(
+        &self,
+        r: &super::remote::RemoteDir,
+        mut state: MutexGuard<'_, State>,
+        mut manifest: Manifest,
+    ) -> Result<PathBuf> {
+        let inner = &self.inner;
+        manifest.objects = Some(r.token.clone());
+        r.check_files(&manifest, &inner.dir)?;
+        let json = manifest.encode().map_err(|source| Error::ManifestEncode {
+            path: inner.dir.clone(),
+            source,
+        })?;
+        // The checkpoint becomes a restore point with this write: only while this run still
+        // owns the storage.
+        if let Some(owner) = &inner.owner {
+            owner.verify()?;
+        }
+        r.write_manifest(json)?;
+        super::remote::remember_token(&inner.dir, manifest.objects.clone());
         state.finished = true;
         drop(state);
         inner.registry.unregister(inner.token);

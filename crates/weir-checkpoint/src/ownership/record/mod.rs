@@ -8,6 +8,8 @@
 //! deleting old ones, and the liveness probe (weir-core's [`ProcessId`]); it makes no
 //! decisions (that is [`lease`](super::lease)'s).
 
+mod remote;
+
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::io::{ErrorKind, Write};
@@ -103,6 +105,9 @@ fn parse_name(name: &str) -> Option<u64> {
 
 /// Sequence numbers of the records in `dir`, ascending (none if `dir` does not exist).
 pub(crate) fn list(dir: &Path) -> Result<Vec<u64>> {
+    if crate::storage::remote::is_remote(dir) {
+        return remote::list(dir);
+    }
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
@@ -121,6 +126,9 @@ pub(crate) fn list(dir: &Path) -> Result<Vec<u64>> {
 
 /// The current record of `dir`.
 pub(crate) fn read_current(dir: &Path) -> Result<Seen> {
+    if crate::storage::remote::is_remote(dir) {
+        return remote::read_current(dir);
+    }
     // A record may be deleted by its owner's clean-up between listing and reading: then a
     // newer one exists, so list again.
     for _ in 0..10 {
@@ -161,6 +169,9 @@ pub(crate) fn create(dir: &Path, seq: u64, record: &OwnerRecord) -> Result<bool>
             std::io::Error::other(e),
         )
     })?;
+    if crate::storage::remote::is_remote(dir) {
+        return remote::create(dir, seq, &record.token, json);
+    }
     let tmp = dir.join(format!("{TMP_PREFIX}{}-{seq}", record.token));
     let written = std::fs::File::create(&tmp)
         .and_then(|mut f| f.write_all(&json).and_then(|()| f.sync_all()));
@@ -210,6 +221,9 @@ fn create_in_place(dir: &Path, path: &Path, json: &[u8]) -> Result<bool> {
 /// Deletes the records of `dir` numbered below `below` (clean-up after a new record), and
 /// temporary record files of other runs (left by a process killed while writing one).
 pub(crate) fn delete_below(dir: &Path, below: u64, token: &str) {
+    if crate::storage::remote::is_remote(dir) {
+        return remote::delete_below(dir, below);
+    }
     let Ok(seqs) = list(dir) else { return };
     for seq in seqs.into_iter().filter(|s| *s < below) {
         let _ = std::fs::remove_file(dir.join(file_name(seq)));
@@ -225,6 +239,30 @@ pub(crate) fn delete_below(dir: &Path, below: u64, token: &str) {
             let _ = std::fs::remove_file(e.path());
         }
     }
+}
+
+/// The newest record this process created on object storage, by directory and token: a
+/// reader in this process knows it for the winner of its number (see `remote`).
+type Created = std::collections::HashMap<(PathBuf, String), u64>;
+
+fn created() -> &'static std::sync::Mutex<Created> {
+    static CREATED: std::sync::OnceLock<std::sync::Mutex<Created>> = std::sync::OnceLock::new();
+    CREATED.get_or_init(Default::default)
+}
+
+fn remember_created(dir: &Path, seq: u64, token: &str) {
+    created()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert((dir.to_path_buf(), token.to_string()), seq);
+}
+
+fn created_here(dir: &Path, seq: u64, token: &str) -> bool {
+    created()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&(dir.to_path_buf(), token.to_string()))
+        == Some(&seq)
 }
 
 /// This process as an owner.
