@@ -79,7 +79,22 @@ impl Server {
     /// A server of the test's own, in `dir` (which must not be the shared one's), stopped and
     /// removed when dropped: for tests that kill and restart their server.
     pub fn dedicated(dir: &Path) -> Server {
-        let endpoint = run(dir, &["start"])
+        // A port of its own, below the range the shared server and the kernel's ephemeral
+        // ports come from, so two servers starting at once never race for one.
+        let port = free_port();
+        let out = std::process::Command::new("bash")
+            .arg(script())
+            .arg("start")
+            .env("WEIR_S3_DIR", dir)
+            .env("WEIR_S3_PORT", port.to_string())
+            .output()
+            .unwrap_or_else(|e| panic!("run scripts/s3.sh: {e}"));
+        assert!(
+            out.status.success(),
+            "scripts/s3.sh start failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let endpoint = String::from_utf8_lossy(&out.stdout)
             .lines()
             .last()
             .unwrap_or("")
@@ -170,6 +185,19 @@ impl Server {
         out.sort();
         out
     }
+}
+
+/// A port nobody listens on, from 20000–32000.
+fn free_port() -> u16 {
+    let seed = std::process::id() as u64
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+    (0..200u64)
+        .map(|i| 20_000 + (seed.wrapping_mul(2_654_435_761).wrapping_add(i * 7919) % 12_000) as u16)
+        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .expect("a free port in 20000-32000")
 }
 
 impl Drop for Server {

@@ -45,7 +45,7 @@ pub fn run(dir: &Path, request: Request, timeout: Duration, out: &mut dyn Write)
     let storage = &opened.storage;
     // Complete or not: one being written now is not the one this request asks for.
     let before = savepoints(storage)?;
-    write_request(dir, request)?;
+    write_request(storage, request)?;
     eprintln!(
         "requested a savepoint{} from the job checkpointing into {}; waiting up to {}s",
         if request == Request::Stop {
@@ -59,9 +59,9 @@ pub fn run(dir: &Path, request: Request, timeout: Duration, out: &mut dyn Write)
     let found = wait_for_new(storage, &before, timeout);
     let path = match found {
         Ok(Some(path)) => path,
-        Ok(None) => return Err(timed_out(dir, timeout)),
+        Ok(None) => return Err(timed_out(storage, timeout)),
         Err(e) => {
-            let _ = withdraw(dir);
+            let _ = withdraw(storage);
             return Err(e);
         }
     };
@@ -81,24 +81,17 @@ fn savepoints(storage: &CheckpointStorage) -> Result<HashSet<PathBuf>> {
         .collect())
 }
 
-/// Writes the request to a temporary name in `dir` and renames it into place, so the job
-/// never reads a partly written request.
-fn write_request(dir: &Path, request: Request) -> Result<()> {
-    let target = dir.join(SAVEPOINT_REQUEST_FILE);
-    let tmp = dir.join(format!(
-        ".{SAVEPOINT_REQUEST_FILE}.{}.tmp",
-        std::process::id()
-    ));
-    let written = std::fs::write(&tmp, request.content())
-        .with_context(|| format!("cannot write {}", tmp.display()))
-        .and_then(|()| {
-            std::fs::rename(&tmp, &target)
-                .with_context(|| format!("cannot rename {} to {}", tmp.display(), target.display()))
-        });
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+/// Writes the request whole (a temporary file renamed into place, or one PUT on object
+/// storage), so the job never reads a partly written request.
+fn write_request(storage: &CheckpointStorage, request: Request) -> Result<()> {
+    storage
+        .write_control(SAVEPOINT_REQUEST_FILE, request.content().as_bytes())
+        .with_context(|| {
+            format!(
+                "cannot write the savepoint request into {}",
+                storage.dir().display()
+            )
+        })
 }
 
 /// Polls until a complete savepoint that is not in `before` appears, or `timeout` passes.
@@ -129,20 +122,23 @@ fn wait_for_new(
 }
 
 /// Removes the request file. `Ok(true)` if it was still there (the job never took it).
-fn withdraw(dir: &Path) -> Result<bool> {
-    let path = dir.join(SAVEPOINT_REQUEST_FILE);
-    match std::fs::remove_file(&path) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e).with_context(|| format!("cannot remove {}", path.display())),
-    }
+fn withdraw(storage: &CheckpointStorage) -> Result<bool> {
+    storage
+        .remove_control(SAVEPOINT_REQUEST_FILE)
+        .with_context(|| {
+            format!(
+                "cannot withdraw the savepoint request in {}",
+                storage.dir().display()
+            )
+        })
 }
 
 /// The error after waiting in vain; withdraws the request first.
-fn timed_out(dir: &Path, timeout: Duration) -> anyhow::Error {
+fn timed_out(storage: &CheckpointStorage, timeout: Duration) -> anyhow::Error {
     let secs = timeout.as_secs();
+    let dir = storage.dir();
     let request = dir.join(SAVEPOINT_REQUEST_FILE);
-    match withdraw(dir) {
+    match withdraw(storage) {
         Ok(true) => anyhow::anyhow!(
             "no savepoint appeared in {} within {secs}s and the request was never picked up: \
              the job may not be running, or checkpointing is not configured for it (a job reads \

@@ -30,6 +30,15 @@ impl Drop for Opened {
 
 /// Opens the storage at `dir`, which must be an existing directory (the error names it).
 pub fn open_existing(dir: &Path) -> Result<Opened> {
+    if dir.to_str().is_some_and(weir_objstore::is_url) {
+        // Object storage: nothing is created by opening; an empty prefix lists nothing.
+        let storage = CheckpointStorage::open(dir)
+            .with_context(|| format!("cannot open checkpoint storage {}", dir.display()))?;
+        return Ok(Opened {
+            storage,
+            created_shared: None,
+        });
+    }
     require_dir(dir)?;
     let shared = dir.join(SHARED_DIR);
     let created_shared = (!shared.exists()).then_some(shared);

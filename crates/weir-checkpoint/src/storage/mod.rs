@@ -59,6 +59,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod control;
 pub(crate) mod layout;
 mod manifest;
 mod owned;

@@ -1,0 +1,165 @@
+//! Checkpoints on a real S3-compatible server (S3Proxy, started by scripts/s3.sh):
+//! `file_sum --checkpoint-dir s3://…` killed with SIGKILL at random moments, and the server
+//! itself killed and restarted under a running job.
+
+use crate::harness::{Rng, Scenario, stderr_of, wait_for};
+use std::io::BufRead;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use weir_tests::s3;
+
+/// The complete checkpoints under `prefix` of the test bucket, as the server stores them
+/// (not through weir): their ids.
+fn complete_on_server(server: &s3::Server, prefix: &str) -> Vec<u64> {
+    let mut ids: Vec<u64> = server
+        .files(s3::BUCKET, prefix)
+        .iter()
+        .filter(|f| f.file_name().is_some_and(|n| n == "_metadata"))
+        .filter_map(|f| {
+            f.parent()?
+                .file_name()?
+                .to_str()?
+                .strip_prefix("chk-")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// The key prefix of an `s3://bucket/prefix` URL.
+fn prefix_of(url: &Path) -> String {
+    let url = url.to_str().unwrap();
+    url.strip_prefix(&format!("s3://{}/", s3::BUCKET))
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn sigkill_at_random_moments_with_checkpoints_on_s3() {
+    let server = s3::shared();
+    let mut s = Scenario::new(30_000, 30, 21);
+    s.checkpoints = PathBuf::from(s3::url("chaos-kills"));
+    let prefix = prefix_of(&s.checkpoints);
+    let env = server.env();
+    let mut rng = Rng::new(77);
+    let mut landed = 0;
+    for _ in 0..12 {
+        let mut child = s
+            .command(2, Some(10_000), 50)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .spawn()
+            .expect("start file_sum");
+        std::thread::sleep(Duration::from_millis(100 + rng.below(400)));
+        match child.try_wait().expect("poll file_sum") {
+            Some(status) => {
+                let err = stderr_of(&mut child);
+                assert!(
+                    status.success(),
+                    "file_sum failed on its own: {status}\n{err}"
+                );
+            }
+            None => {
+                child.kill().expect("SIGKILL file_sum");
+                assert_eq!(child.wait().expect("reap").signal(), Some(9));
+                landed += 1;
+            }
+        }
+    }
+    assert!(
+        landed >= 10,
+        "only {landed} of 12 kills landed while the job ran"
+    );
+    assert!(
+        !complete_on_server(server, &prefix).is_empty(),
+        "no checkpoint reached the server before the last run"
+    );
+    let out = s
+        .command(2, None, 100)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("run file_sum");
+    assert!(
+        out.status.success(),
+        "file_sum failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    s.check();
+    // Retention kept the default 3 checkpoints; the final one is among them.
+    let kept = complete_on_server(server, &prefix);
+    assert!(kept.len() <= 3, "{kept:?}");
+    // The credentials never reach the log.
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!log.contains("weir-secret-key"), "{log}");
+}
+
+/// Collects a child's standard error lines as they come.
+fn collect_stderr(child: &mut Child) -> Arc<Mutex<Vec<String>>> {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let err = child.stderr.take().expect("stderr piped");
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    lines
+}
+
+#[test]
+fn an_s3_server_restart_fails_checkpoints_then_they_succeed_again_with_nothing_lost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = s3::Server::dedicated(&tmp.path().join("s3"));
+    let mut s = Scenario::new(40_000, 20, 5);
+    s.checkpoints = PathBuf::from(format!("s3://{}/restart/ck", s3::BUCKET));
+    let mut child = s
+        .command(2, Some(2_500), 200)
+        .envs(server.env())
+        // Requests give up after 2 s instead of 30: checkpoints fail while the server is away.
+        .env("WEIR_OBJECT_STORE_RETRY_SECS", "2")
+        .spawn()
+        .expect("start file_sum");
+    let log = collect_stderr(&mut child);
+    let running = |child: &mut Child| child.try_wait().unwrap().is_none();
+    wait_for(
+        "a first checkpoint on the server",
+        Duration::from_secs(60),
+        || !complete_on_server(&server, "restart/ck").is_empty(),
+    );
+    server.kill();
+    let before = *complete_on_server(&server, "restart/ck").last().unwrap();
+    wait_for(
+        "a checkpoint to fail while the server is down",
+        Duration::from_secs(60),
+        || log.lock().unwrap().iter().any(|l| l.contains("aborted")),
+    );
+    assert!(
+        running(&mut child),
+        "the job stopped: {:?}",
+        log.lock().unwrap()
+    );
+    server.restart();
+    wait_for(
+        "a checkpoint to complete again",
+        Duration::from_secs(60),
+        || {
+            complete_on_server(&server, "restart/ck")
+                .last()
+                .is_some_and(|&id| id > before)
+        },
+    );
+    let status = weir_tests::wait_within(&mut child, Duration::from_secs(120));
+    let log = log.lock().unwrap().join("\n");
+    assert!(status.success(), "file_sum failed: {status}\n{log}");
+    let failed: Vec<&str> = log.lines().filter(|l| l.contains("aborted")).collect();
+    assert!(
+        !failed.is_empty(),
+        "no checkpoint failed while the server was down:\n{log}"
+    );
+    s.check();
+}
