@@ -177,15 +177,34 @@ mod tests {
     #[test]
     fn request_is_written_atomically_and_withdrawn() {
         let tmp = tempfile::tempdir().unwrap();
-        write_request(tmp.path(), Request::Stop).unwrap();
-        let names: Vec<_> = std::fs::read_dir(tmp.path())
+        let storage = CheckpointStorage::open(tmp.path()).unwrap();
+        write_request(&storage, Request::Stop).unwrap();
+        let mut names: Vec<_> = std::fs::read_dir(tmp.path())
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
-        assert_eq!(names, [SAVEPOINT_REQUEST_FILE], "no temporary file left");
+        names.sort();
+        assert_eq!(
+            names,
+            [SAVEPOINT_REQUEST_FILE, "shared"],
+            "no temporary file left"
+        );
         let content = std::fs::read_to_string(tmp.path().join(SAVEPOINT_REQUEST_FILE)).unwrap();
         assert_eq!(content, "stop\n");
-        assert!(withdraw(tmp.path()).unwrap());
-        assert!(!withdraw(tmp.path()).unwrap());
+        assert!(withdraw(&storage).unwrap());
+        assert!(!withdraw(&storage).unwrap());
+    }
+
+    #[test]
+    fn requests_on_object_storage_are_one_object() {
+        let storage = CheckpointStorage::open("memory://cli-request/ck").unwrap();
+        write_request(&storage, Request::Savepoint).unwrap();
+        let store = weir_objstore::Store::open("memory://cli-request/ck").unwrap();
+        assert_eq!(
+            store.get(SAVEPOINT_REQUEST_FILE).unwrap().unwrap(),
+            b"savepoint\n"
+        );
+        assert!(withdraw(&storage).unwrap());
+        assert!(!withdraw(&storage).unwrap());
     }
 }
