@@ -12,7 +12,7 @@ pub enum Error {
         message: String,
     },
     /// A request failed after its retries.
-    #[error("cannot {op} {url}: {source}")]
+    #[error("cannot {op} {url}: {source}{}", hint(source))]
     Store {
         /// What was being done ("write", "read", "list", …).
         op: &'static str,
@@ -40,6 +40,29 @@ impl Error {
     pub fn is_not_found(&self) -> bool {
         matches!(self, Error::Store { source, .. } if matches!(**source, object_store::Error::NotFound { .. }))
     }
+}
+
+/// What a user can do about a failed request, from what the store answered.
+fn hint(source: &object_store::Error) -> String {
+    let text = source.to_string();
+    let has = |s: &str| text.contains(s);
+    let hint = if has("NoSuchBucket") {
+        "the bucket does not exist: create it, or fix the URL"
+    } else if has("SignatureDoesNotMatch") || has("InvalidAccessKeyId") || has("403 Forbidden") {
+        "the server refused the credentials: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
+         (or the options given to weir_objstore::set_options)"
+    } else if has("instance metadata") || has("credential") || has("Credentials") {
+        "no credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the \
+         store's own variables)"
+    } else if has("error sending request") || has("Connection refused") || has("dns error") {
+        "the endpoint cannot be reached: is the server running, and are AWS_ENDPOINT_URL \
+         (and AWS_ALLOW_HTTP=true for a plain-HTTP endpoint) right?"
+    } else if has("builder error") || has("BadScheme") || has("URL scheme is not allowed") {
+        "the endpoint uses plain HTTP: set AWS_ALLOW_HTTP=true for a test server"
+    } else {
+        return String::new();
+    };
+    format!(" ({hint})")
 }
 
 /// A result of this crate.

@@ -127,8 +127,14 @@ impl std::fmt::Debug for Store {
 }
 
 fn retry_config() -> object_store::RetryConfig {
-    let timeout = std::env::var("WEIR_OBJECT_STORE_RETRY_SECS")
-        .ok()
+    let configured = options()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .find(|(k, _)| k == "weir_object_store_retry_secs")
+        .map(|(_, v)| v.clone());
+    let timeout = configured
+        .or_else(|| std::env::var("WEIR_OBJECT_STORE_RETRY_SECS").ok())
         .and_then(|s| s.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(Duration::from_secs_f64)
@@ -157,7 +163,8 @@ fn options() -> &'static Mutex<Vec<(String, String)>> {
 /// Sets options for every store opened afterwards in this process, over what the environment
 /// says: keys as `object_store` names them, the same as the environment variables in lower
 /// case (`aws_endpoint_url`, `aws_access_key_id`, `aws_secret_access_key`, `aws_region`,
-/// `aws_allow_http`, `google_service_account`, `azure_storage_account_name`, …). A key that
+/// `aws_allow_http`, `google_service_account`, `azure_storage_account_name`, …), and
+/// `weir_object_store_retry_secs` for how long requests are retried. A key that
 /// does not belong to a store's kind is ignored by it; an unknown key fails
 /// [`Store::open`].
 ///

@@ -120,3 +120,21 @@ fn a_multipart_upload_appears_whole_when_completed_and_never_when_aborted() {
     s.abort_upload("out/part-1", &id).unwrap();
     assert_eq!(s.get("out/part-1").unwrap(), None);
 }
+
+#[test]
+fn an_unreachable_endpoint_is_named_with_what_to_check() {
+    set_options([
+        ("aws_endpoint_url", "http://127.0.0.1:1"),
+        ("aws_allow_http", "true"),
+        ("aws_access_key_id", "k"),
+        ("aws_secret_access_key", "hidden-secret"),
+        ("aws_region", "us-east-1"),
+        ("weir_object_store_retry_secs", "0.5"),
+    ]);
+    let s = Store::open("s3://bucket/prefix").unwrap();
+    let e = s.get("x").unwrap_err().to_string();
+    set_options(Vec::<(String, String)>::new());
+    assert!(e.starts_with("cannot read s3://bucket/prefix/x: "), "{e}");
+    assert!(e.contains("the endpoint cannot be reached"), "{e}");
+    assert!(!e.contains("hidden-secret"), "{e}");
+}
