@@ -136,11 +136,11 @@ fn wrong_object_storage_settings_fail_with_what_to_fix_and_no_secret() {
         .1
         .clone();
 
-    let err = run("s3://no-such-bucket-weir/ck", &env);
-    assert!(err.contains("s3://no-such-bucket-weir/ck"), "{err}");
+    let missing = run("s3://no-such-bucket-weir/ck", &env);
+    assert!(missing.contains("s3://no-such-bucket-weir/ck"), "{missing}");
     assert!(
-        err.contains("the bucket does not exist: create it, or fix the URL"),
-        "{err}"
+        missing.contains("the bucket does not exist: create it, or fix the URL"),
+        "{missing}"
     );
 
     let mut wrong = env.clone();
