@@ -120,3 +120,16 @@ fn a_multipart_upload_appears_whole_when_completed_and_never_when_aborted() {
     s.abort_upload("out/part-1", &id).unwrap();
     assert_eq!(s.get("out/part-1").unwrap(), None);
 }
+
+#[test]
+fn aborting_an_upload_the_store_no_longer_knows_is_no_error() {
+    let s = store("abort-twice");
+    let id = s.create_upload("out/part-0").unwrap();
+    let p0 = s.put_part("out/part-0", &id, 0, vec![1; 3]).unwrap();
+    s.complete_upload("out/part-0", &id, vec![p0]).unwrap();
+    s.abort_upload("out/part-0", &id).unwrap();
+    assert_eq!(s.get("out/part-0").unwrap().unwrap(), vec![1; 3]);
+    let id = s.create_upload("out/part-1").unwrap();
+    s.abort_upload("out/part-1", &id).unwrap();
+    s.abort_upload("out/part-1", &id).unwrap();
+}
