@@ -293,7 +293,7 @@ impl<T> ExactlyOnceObjectSink<T> {
     ) -> Result<()> {
         let store = self.store()?;
         let objects = store.list("").map_err(|e| {
-            if e.is_not_found() {
+            if e.is_not_found() || e.to_string().contains("NoSuchBucket") {
                 Error::Config(format!(
                     "{e} (does the bucket exist, and may these credentials list it?)"
                 ))
