@@ -111,3 +111,62 @@ fn sigkill_at_random_moments_with_output_on_s3() {
         objects.len()
     );
 }
+
+/// `file_sum --output s3://…` against an endpoint nobody listens on: every attempt fails
+/// with a message naming the URL and what failed, and no credentials; the job keeps
+/// retrying (the server may come back), so the test stops it.
+#[test]
+fn an_unreachable_endpoint_is_reported_with_the_url() {
+    use std::io::BufRead;
+    let secret = "weir-test-secret-not-to-be-logged";
+    let s = Scenario::new(100, 5, 22);
+    let mut child = s
+        .command(1, None, 100)
+        .arg("--output")
+        .arg("s3://weir-unreachable/out")
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+        .env("AWS_ACCESS_KEY_ID", "weir")
+        .env("AWS_SECRET_ACCESS_KEY", secret)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("WEIR_OBJECT_STORE_RETRY_SECS", "0")
+        .spawn()
+        .expect("start file_sum");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let found = loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) => {
+                let hit = line.contains("cannot list s3://weir-unreachable/out");
+                seen.push(line.clone());
+                if hit {
+                    break Some(line);
+                }
+            }
+            Err(_) => break None,
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = found.unwrap_or_else(|| panic!("no error naming the URL:\n{}", seen.join("\n")));
+    assert!(
+        line.contains("127.0.0.1:9"),
+        "the endpoint is not named: {line}"
+    );
+    assert!(
+        !seen.iter().any(|l| l.contains(secret)),
+        "the secret key is in the log:\n{}",
+        seen.join("\n")
+    );
+}
