@@ -12,6 +12,11 @@
 //! - For every input line the job emits `key,sum` — the key's running sum after that line —
 //!   into the exactly-once file sink in OUTDIR. Committed files are `part-<subtask>-<checkpoint>`;
 //!   files starting with a dot are not committed yet and must be ignored by readers.
+//! - OUTDIR may be an object-storage URL (`s3://bucket/prefix`; also `gs://`, `az://`):
+//!   committed objects `part-<subtask>-<counter>` then appear whole when their checkpoint
+//!   completes, and nothing else is needed than the standard environment (`AWS_ENDPOINT_URL`,
+//!   `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ALLOW_HTTP=true`), never
+//!   logged (docs/checkpoints.md, "Output to object storage").
 //! - Checkpoints go to CKDIR every MS milliseconds (default 1000). Started again with the same
 //!   CKDIR, the job resumes from the latest complete checkpoint; kill it at any moment
 //!   (even with `kill -9`) and the committed output still holds every running sum exactly once.
@@ -213,7 +218,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: file_sum --input IN --output OUTDIR --checkpoint-dir CKDIR \
+                    "usage: file_sum --input IN --output OUTDIR|s3://BUCKET/PREFIX --checkpoint-dir CKDIR \
                      [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
                      [--from-savepoint PATH] [--start-fresh-if-unusable] [--state rocksdb|memory] \
                      [--state-cache-entries N] [--lease-ms MS] [--web HOST:PORT] [--secret-file PATH] \

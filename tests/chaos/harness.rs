@@ -138,7 +138,7 @@ impl Scenario {
     /// each once), ignoring uncommitted files (a process cut off from its cluster may
     /// leave some behind).
     pub fn check_committed(&self) {
-        let mut got: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        let mut parts = Vec::new();
         for entry in std::fs::read_dir(&self.output).expect("output dir") {
             let entry = entry.expect("dir entry");
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -146,6 +146,16 @@ impl Scenario {
                 continue;
             }
             let text = std::fs::read_to_string(entry.path()).expect("read part file");
+            parts.push((name, text));
+        }
+        self.check_parts(parts);
+    }
+
+    /// Checks committed parts, as `(name, text)`, against the input (exactly the prefix
+    /// sums per key, each once), wherever they were read from.
+    pub fn check_parts(&self, parts: Vec<(String, String)>) {
+        let mut got: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        for (name, text) in parts {
             for line in text.lines() {
                 let (k, v) = line
                     .split_once(',')

@@ -15,6 +15,7 @@ mod event_time;
 mod harness;
 mod kills;
 mod lifecycle;
+mod object_output;
 mod object_storage;
 mod ownership;
 mod property;

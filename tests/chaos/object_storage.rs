@@ -133,11 +133,15 @@ fn an_s3_server_restart_fails_checkpoints_then_they_succeed_again_with_nothing_l
     );
     server.kill();
     let before = *complete_on_server(&server, "restart/ck").last().unwrap();
-    wait_for(
-        "a checkpoint to fail while the server is down",
-        Duration::from_secs(60),
-        || log.lock().unwrap().iter().any(|l| l.contains("aborted")),
-    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !log.lock().unwrap().iter().any(|l| l.contains("aborted")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint failed within 60 s of the server going down:\n{}",
+            log.lock().unwrap().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(
         running(&mut child),
         "the job stopped: {:?}",

@@ -17,6 +17,7 @@ mod errors;
 mod joins;
 mod logging;
 mod metrics_endpoint;
+mod object_output;
 mod object_storage;
 mod operators;
 mod parallelism;

@@ -734,11 +734,20 @@ impl Store {
         runtime::block_on(async move {
             match mp.abort_multipart(&key, &id).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) if unknown_upload(&e) => Ok(()),
                 Err(e) => Err(e),
             }
         })
         .map_err(|e| self.failed("abort the upload of", name, e))
     }
+}
+
+/// True when `e` says the upload is unknown in a store that does not report it as
+/// `NotFound` (the in-memory store), so that aborting a finished upload is no error there
+/// either, as on S3.
+fn unknown_upload(e: &object_store::Error) -> bool {
+    matches!(e, object_store::Error::Generic { store: "InMemory", source }
+        if source.to_string().starts_with("MultipartUpload not found"))
 }
 
 /// Reads until `buf` is full or the file ends; returns how much was read.

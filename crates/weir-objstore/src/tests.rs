@@ -138,3 +138,16 @@ fn an_unreachable_endpoint_is_named_with_what_to_check() {
     assert!(e.contains("the endpoint cannot be reached"), "{e}");
     assert!(!e.contains("hidden-secret"), "{e}");
 }
+
+#[test]
+fn aborting_an_upload_the_store_no_longer_knows_is_no_error() {
+    let s = store("abort-twice");
+    let id = s.create_upload("out/part-0").unwrap();
+    let p0 = s.put_part("out/part-0", &id, 0, vec![1; 3]).unwrap();
+    s.complete_upload("out/part-0", &id, vec![p0]).unwrap();
+    s.abort_upload("out/part-0", &id).unwrap();
+    assert_eq!(s.get("out/part-0").unwrap().unwrap(), vec![1; 3]);
+    let id = s.create_upload("out/part-1").unwrap();
+    s.abort_upload("out/part-1", &id).unwrap();
+    s.abort_upload("out/part-1", &id).unwrap();
+}

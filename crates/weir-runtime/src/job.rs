@@ -33,6 +33,7 @@ use weir_core::{Error, Result};
 use writer::{CheckpointMetrics, CheckpointWriter, Written, on_written};
 
 mod attempt;
+mod requests;
 mod specs;
 mod writer;
 

@@ -19,10 +19,10 @@ pub const FORMAT_ENV: &str = "WEIR_LOG_FORMAT";
 
 /// The filter used when `RUST_LOG` is unset or empty: `info` and up, from weir and from the
 /// program itself, but only `warn` and up from the dependencies that log through `tracing`
-/// (the HTTP stack and the tokio runtime). Other dependencies log through the `log` crate,
+/// (the HTTP stack, the object-storage client, whose retries weir reports itself when they
+/// run out, and the tokio runtime). Other dependencies log through the `log` crate,
 /// which the default subscriber does not collect.
-pub const DEFAULT_FILTER: &str =
-    "info,axum=warn,h2=warn,hyper=warn,hyper_util=warn,mio=warn,tokio=warn,tower=warn";
+pub const DEFAULT_FILTER: &str = "info,axum=warn,h2=warn,hyper=warn,hyper_util=warn,mio=warn,object_store=warn,reqwest=warn,tokio=warn,tower=warn";
 
 /// How the default subscriber writes events to standard error.
 ///
@@ -207,8 +207,7 @@ mod tests {
             d.sort();
             d.join(",")
         };
-        let default =
-            "axum=warn,h2=warn,hyper=warn,hyper_util=warn,info,mio=warn,tokio=warn,tower=warn";
+        let default = "axum=warn,h2=warn,hyper=warn,hyper_util=warn,info,mio=warn,object_store=warn,reqwest=warn,tokio=warn,tower=warn";
         assert_eq!(directives(filter_from(None).unwrap()), default);
         assert_eq!(directives(filter_from(Some(" ")).unwrap()), default);
         assert_eq!(

@@ -12,6 +12,7 @@ use crate::ids::NodeId;
 use crate::ops::OpInfo;
 use crate::ops::basic::{Filter, FlatMap, Map};
 use crate::ops::file_sink::ExactlyOnceFileSink;
+use crate::ops::object_sink::ExactlyOnceObjectSink;
 use crate::ops::sink::{
     CollectSink, Collected, DiscardSink, FnSink, PrintSink, SinkFunction, SinkOp, TextFileSink,
 };
@@ -461,6 +462,18 @@ impl<T: Data> Stream<T> {
     /// committed when the checkpoint covering them completes (or at end of input without
     /// checkpoints); uncommitted files start with a dot. See
     /// [`crate::ops::file_sink`] for the protocol and file names.
+    ///
+    /// `dir` may also be an object-storage URL (`s3://bucket/prefix`, `gs://…`, `az://…`,
+    /// `memory://…`): each subtask then writes objects `part-<subtask>-<counter>` by
+    /// multipart upload, each appearing whole when the checkpoint covering it completes
+    /// (see [`crate::ops::object_sink`]).
+    ///
+    /// ```
+    /// use weir_core::dsl::Pipeline;
+    /// let p = Pipeline::new();
+    /// p.from_iter(vec![1i64, 2, 3])
+    ///     .write_text_exactly_once("memory://doc-dsl/out", |n| n.to_string());
+    /// ```
     pub fn write_text_exactly_once(
         &self,
         dir: impl Into<PathBuf>,
@@ -468,6 +481,18 @@ impl<T: Data> Stream<T> {
     ) -> SinkHandle {
         let dir = dir.into();
         let format: Arc<dyn Fn(&T) -> String + Send + Sync> = Arc::new(format);
+        if let Some(url) = dir.to_str().filter(|d| weir_objstore::is_url(d)) {
+            let url = url.to_string();
+            let handle = self.sink("exactly-once-object", move || {
+                ExactlyOnceObjectSink::new(url.clone(), format.clone())
+            });
+            // As for a directory: one job run at a time writes below the prefix (leases work
+            // on object storage too).
+            handle
+                .p
+                .edit_node(handle.node, |n| n.exclusive_dirs.push(dir));
+            return handle;
+        }
         let owned = dir.clone();
         let handle = self.sink("exactly-once-file", move || {
             ExactlyOnceFileSink::new(dir.clone(), format.clone())

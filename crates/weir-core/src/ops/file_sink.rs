@@ -49,7 +49,7 @@ fn in_progress_name(writer: usize, token: &str) -> String {
 }
 
 /// A token unique to one run of one sink subtask.
-fn new_token() -> String {
+pub(crate) fn new_token() -> String {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -10,6 +10,7 @@ pub mod co;
 pub mod dedup;
 pub mod file_sink;
 pub mod keyed;
+pub mod object_sink;
 pub mod process;
 pub(crate) mod side;
 pub mod sink;

@@ -19,7 +19,7 @@ pub(super) fn run_attempt(
         threads,
     } = launched;
     let mut cancel_sent = false;
-    let mut last_request_poll = Instant::now() - REMOTE_REQUEST_POLL;
+    let requests = storage.map(requests::Requests::new);
     let mut coordinator = match &job.cfg.checkpoint {
         Some(c) => {
             let sources = running.iter().filter(|t| t.is_source).map(|t| t.key);
@@ -191,14 +191,11 @@ pub(super) fn run_attempt(
             cancel_sent = true;
             on_cancel();
         }
-        if let (Some(c), Some(storage)) = (coordinator.as_mut(), storage) {
+        if let (Some(c), Some(_)) = (coordinator.as_mut(), storage) {
             // Requests from JobHandle or from `weir savepoint` (a request file in the directory).
             let mut request = job.savepoint_request.swap(0, Ordering::SeqCst);
-            if storage.is_remote() && last_request_poll.elapsed() < REMOTE_REQUEST_POLL {
-                // On object storage every look is a request: once a second is enough.
-            } else {
-                last_request_poll = Instant::now();
-                request = request.max(take_request_file(storage));
+            if let Some(r) = &requests {
+                request = request.max(r.take());
             }
             if request > 0 && stop_after.is_none() && !cancel.load(Ordering::SeqCst) {
                 tracing::info!(
@@ -362,22 +359,6 @@ pub(super) fn run_attempt(
 }
 
 /// Consumes a savepoint request file: 0 = none, 1 = savepoint, 2 = savepoint and stop.
-/// How often a job on object storage looks for a savepoint request.
-const REMOTE_REQUEST_POLL: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Takes the savepoint request of `weir savepoint trigger|stop`: 1 for a savepoint, 2 for a
-/// savepoint and a stop, 0 for none.
-fn take_request_file(storage: &CheckpointStorage) -> u8 {
-    match storage.take_control(SAVEPOINT_REQUEST_FILE) {
-        Ok(Some(content)) if String::from_utf8_lossy(&content).trim() == "stop" => 2,
-        Ok(Some(_)) => 1,
-        Ok(None) => 0,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read the savepoint request: {e}");
-            0
-        }
-    }
-}
 
 fn print_progress(name: &str, running: &[Running], started: Instant) {
     let read: u64 = running
