@@ -358,8 +358,6 @@ pub(super) fn run_attempt(
     })
 }
 
-/// Consumes a savepoint request file: 0 = none, 1 = savepoint, 2 = savepoint and stop.
-
 fn print_progress(name: &str, running: &[Running], started: Instant) {
     let read: u64 = running
         .iter()
