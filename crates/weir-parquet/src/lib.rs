@@ -22,8 +22,10 @@
 //! env.execute("trades").unwrap();
 //!
 //! // Without checkpoints, the files are committed at end of input; one row per file here.
+//! // Readers skip names starting with a dot (uncommitted files, the job's lease).
 //! let mut names: Vec<String> = std::fs::read_dir(dir.path()).unwrap()
 //!     .map(|e| e.unwrap().file_name().into_string().unwrap())
+//!     .filter(|n| !n.starts_with('.'))
 //!     .collect();
 //! names.sort();
 //! assert_eq!(names, [

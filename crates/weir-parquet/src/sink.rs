@@ -437,3 +437,257 @@ impl<T: Serialize + 'static> SinkFunction<T> for ParquetFileSink<T> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    type Row = (u64, String);
+
+    fn row(i: u64) -> Row {
+        (i, format!("r{i}"))
+    }
+
+    fn ctx(checkpointing: bool) -> SinkContext {
+        SinkContext {
+            subtask: 0,
+            parallelism: 1,
+            checkpointing,
+            checkpoint_timing: None,
+            name: "parquet".into(),
+            operator_id: "sink".into(),
+        }
+    }
+
+    fn sink(dir: &Path, options: ParquetOptions) -> ParquetFileSink<Row> {
+        ParquetFileSink::new(dir, options).unwrap()
+    }
+
+    fn read(path: &Path) -> Vec<Row> {
+        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(path).unwrap())
+            .unwrap()
+            .build()
+            .unwrap();
+        reader
+            .flat_map(|b| serde_arrow::from_record_batch::<Vec<Row>>(&b.unwrap()).unwrap())
+            .collect()
+    }
+
+    /// The directory's files: committed ones with their rows, and the names of the others.
+    fn listing(dir: &Path) -> (Vec<(String, Vec<Row>)>, Vec<String>) {
+        let mut committed = Vec::new();
+        let mut hidden = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap() {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            if name.starts_with('.') {
+                hidden.push(name);
+            } else {
+                let rows = read(&dir.join(&name));
+                committed.push((name, rows));
+            }
+        }
+        committed.sort();
+        hidden.sort();
+        (committed, hidden)
+    }
+
+    #[test]
+    fn names_round_trip() {
+        assert_eq!(
+            parse(&in_progress_name(3, "abc", 7)),
+            Some(Part::InProgress { writer: 3 })
+        );
+        assert_eq!(
+            parse(&pending_name(1, 42, 2, "abc")),
+            Some(Part::Pending { writer: 1 })
+        );
+        assert_eq!(
+            parse(&committed_name(0, 7, 1)),
+            Some(Part::Committed {
+                writer: 0,
+                checkpoint: 7
+            })
+        );
+        // The text sink's files and foreign files are not this sink's.
+        assert_eq!(parse("part-0-00000000000000000007"), None);
+        assert_eq!(parse(".part-0-7-abc.pending"), None);
+        assert_eq!(parse("part-0-7.parquet"), None);
+        assert_eq!(parse("notes.parquet"), None);
+    }
+
+    /// A part rolls after 3 rows: checkpoint 1 pre-commits four complete files, all hidden,
+    /// and its completion commits them with numbers 0 to 3, in row order.
+    #[test]
+    fn rolling_by_rows_commits_several_numbered_files_per_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = sink(dir.path(), ParquetOptions::default().max_rows(3));
+        s.open(&ctx(true)).unwrap();
+        for i in 0..10 {
+            s.invoke(row(i), 0).unwrap();
+        }
+        let (committed, hidden) = listing(dir.path());
+        assert!(committed.is_empty());
+        assert_eq!(
+            hidden.len(),
+            4,
+            "three rolled parts and the open one: {hidden:?}"
+        );
+        s.snapshot(CheckpointId(1)).unwrap();
+        let (committed, hidden) = listing(dir.path());
+        assert!(committed.is_empty(), "pre-committed files stay hidden");
+        assert!(hidden.iter().all(|n| n.ends_with(".parquet.pending")));
+        s.notify_complete(CheckpointId(1)).unwrap();
+        let (committed, hidden) = listing(dir.path());
+        assert!(hidden.is_empty(), "{hidden:?}");
+        let expected: Vec<(String, Vec<Row>)> = (0..4u64)
+            .map(|n| {
+                let rows = (n * 3..(n * 3 + 3).min(10)).map(row).collect();
+                (committed_name(0, 1, n as u32), rows)
+            })
+            .collect();
+        assert_eq!(committed, expected);
+
+        // The next checkpoint numbers its files from 0 again.
+        s.invoke(row(10), 0).unwrap();
+        s.snapshot(CheckpointId(2)).unwrap();
+        s.notify_complete(CheckpointId(2)).unwrap();
+        let (committed, _) = listing(dir.path());
+        assert_eq!(
+            committed.last().unwrap(),
+            &(committed_name(0, 2, 0), vec![row(10)])
+        );
+        // A checkpoint without rows writes no file.
+        s.snapshot(CheckpointId(3)).unwrap();
+        s.notify_complete(CheckpointId(3)).unwrap();
+        assert_eq!(listing(dir.path()).0.len(), 5);
+    }
+
+    /// Rolling by bytes: every batch of 10 rows is encoded at once, and a limit of 5 bytes
+    /// (one more than the 4-byte header of an empty file) closes the part after each batch.
+    #[test]
+    fn rolling_by_bytes_closes_a_part_once_it_is_that_large() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = ParquetOptions::default().max_bytes(5).batch_rows(10);
+        let mut s = sink(dir.path(), options);
+        s.open(&ctx(false)).unwrap();
+        for i in 0..25 {
+            s.invoke(row(i), 0).unwrap();
+        }
+        s.finish().unwrap();
+        let (committed, hidden) = listing(dir.path());
+        assert!(hidden.is_empty());
+        let sizes: Vec<usize> = committed.iter().map(|(_, r)| r.len()).collect();
+        assert_eq!(sizes, [10, 10, 5]);
+        assert_eq!(committed[0].0, committed_name(0, 0, 0));
+    }
+
+    /// A crash after checkpoint 1 completed but before its files were committed, with
+    /// checkpoint 2 pre-committed and more rows in progress: the restore from 1 commits
+    /// checkpoint 1's files and removes everything else (its rows are replayed).
+    #[test]
+    fn a_restore_commits_what_the_checkpoint_recorded_and_removes_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut old = sink(dir.path(), ParquetOptions::default().max_rows(2));
+        old.open(&ctx(true)).unwrap();
+        for i in 0..3 {
+            old.invoke(row(i), 0).unwrap();
+        }
+        let (state, _) = old.snapshot(CheckpointId(1)).unwrap().unwrap();
+        old.invoke(row(3), 0).unwrap();
+        old.snapshot(CheckpointId(2)).unwrap();
+        old.invoke(row(4), 0).unwrap();
+        drop(old);
+        assert_eq!(listing(dir.path()).1.len(), 4);
+
+        let mut new = sink(dir.path(), ParquetOptions::default().max_rows(2));
+        new.restore(CheckpointId(1), &[state], &ctx(true)).unwrap();
+        new.open(&ctx(true)).unwrap();
+        let (committed, hidden) = listing(dir.path());
+        assert!(hidden.is_empty(), "{hidden:?}");
+        assert_eq!(
+            committed,
+            vec![
+                (committed_name(0, 1, 0), vec![row(0), row(1)]),
+                (committed_name(0, 1, 1), vec![row(2)]),
+            ]
+        );
+        // Restoring again (a second crash before any new checkpoint) changes nothing.
+        let (state, _) = new.snapshot(CheckpointId(1)).unwrap().unwrap();
+        let mut again = sink(dir.path(), ParquetOptions::default());
+        let st: SinkState = codec::decode(&state).unwrap();
+        assert!(st.pending.is_empty());
+        again
+            .restore(CheckpointId(1), &[state], &ctx(true))
+            .unwrap();
+        assert_eq!(listing(dir.path()).0, committed);
+    }
+
+    /// Committed files newer than the restored checkpoint would be duplicated by the
+    /// replay; a start from scratch would duplicate any. Both refuse, naming the files.
+    #[test]
+    fn committed_output_that_a_replay_would_duplicate_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = sink(dir.path(), ParquetOptions::default());
+        s.open(&ctx(true)).unwrap();
+        s.invoke(row(0), 0).unwrap();
+        let (state, _) = s.snapshot(CheckpointId(1)).unwrap().unwrap();
+        s.notify_complete(CheckpointId(1)).unwrap();
+        s.invoke(row(1), 0).unwrap();
+        s.snapshot(CheckpointId(2)).unwrap();
+        s.notify_complete(CheckpointId(2)).unwrap();
+
+        let e = sink(dir.path(), ParquetOptions::default())
+            .restore(CheckpointId(1), &[state], &ctx(true))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("newer than the checkpoint") && e.contains(&committed_name(0, 2, 0)),
+            "{e}"
+        );
+        let e = sink(dir.path(), ParquetOptions::default())
+            .open(&ctx(true))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("earlier run") && e.contains(&committed_name(0, 1, 0)),
+            "{e}"
+        );
+    }
+
+    /// Two runs that number their checkpoints alike write into one directory: the second
+    /// commit of checkpoint 3 fails loudly and the first run's file keeps its rows.
+    #[test]
+    fn a_commit_never_replaces_committed_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut first = sink(dir.path(), ParquetOptions::default());
+        first.open(&ctx(true)).unwrap();
+        first.invoke(row(1), 0).unwrap();
+        first.snapshot(CheckpointId(3)).unwrap();
+        first.notify_complete(CheckpointId(3)).unwrap();
+
+        let mut second = sink(dir.path(), ParquetOptions::default());
+        second.restored = true; // as if restored from checkpoint 2 elsewhere
+        second.open(&ctx(true)).unwrap();
+        second.invoke(row(2), 0).unwrap();
+        second.snapshot(CheckpointId(3)).unwrap();
+        let e = second
+            .notify_complete(CheckpointId(3))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("refusing to commit"), "{e}");
+        let (committed, hidden) = listing(dir.path());
+        assert_eq!(committed, vec![(committed_name(0, 3, 0), vec![row(1)])]);
+        assert_eq!(hidden.len(), 1, "the refused rows stay pending");
+    }
+
+    /// With checkpoints, rows after the final barrier are an error, not silently lost.
+    #[test]
+    fn rows_after_the_final_barrier_fail_the_finish() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = sink(dir.path(), ParquetOptions::default());
+        s.open(&ctx(true)).unwrap();
+        s.invoke(row(1), 0).unwrap();
+        assert!(s.finish().is_err());
+    }
+}
