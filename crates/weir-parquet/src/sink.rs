@@ -582,6 +582,25 @@ mod tests {
         assert_eq!(committed[0].0, committed_name(0, 0, 0));
     }
 
+    /// Rolling by age: with a zero age every row is the last of its part (the age is
+    /// checked when a row arrives), so each row gets its own committed file.
+    #[test]
+    fn rolling_by_age_closes_a_part_when_a_row_arrives_late_enough() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = ParquetOptions::default().max_age(std::time::Duration::ZERO);
+        let mut s = sink(dir.path(), options);
+        s.open(&ctx(true)).unwrap();
+        for i in 0..3 {
+            s.invoke(row(i), 0).unwrap();
+        }
+        s.snapshot(CheckpointId(4)).unwrap();
+        s.notify_complete(CheckpointId(4)).unwrap();
+        let expected: Vec<(String, Vec<Row>)> = (0..3u64)
+            .map(|i| (committed_name(0, 4, i as u32), vec![row(i)]))
+            .collect();
+        assert_eq!(listing(dir.path()), (expected, vec![]));
+    }
+
     /// A crash after checkpoint 1 completed but before its files were committed, with
     /// checkpoint 2 pre-committed and more rows in progress: the restore from 1 commits
     /// checkpoint 1's files and removes everything else (its rows are replayed).
