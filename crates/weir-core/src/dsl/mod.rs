@@ -20,7 +20,7 @@ pub use figures::{PartitionFigures, PartitionGauges, SourceFigures};
 pub use keyed::KeyedStream;
 pub use sources::{GeneratorSource, SOURCE_BATCH, SourceContext, SourceFunction, SourceOutput};
 pub use splits::SplitPositions;
-pub use stream::{OutputTag, Stream};
+pub use stream::{OutputTag, SinkHandle, Stream};
 pub use windowed::WindowedStream;
 
 use crate::data::Data;

@@ -549,4 +549,13 @@ impl SinkHandle {
             .edit_node(self.node, |n| n.parallelism = Some(parallelism));
         self
     }
+    /// Declares a directory that one job run at a time may write into (an exactly-once
+    /// sink's output directory, whose restore deletes uncommitted files): the runtime
+    /// leases it before the job starts, as for [`Stream::write_text_exactly_once`]. For
+    /// sinks defined outside weir-core.
+    pub fn exclusive_dir(self, dir: impl Into<PathBuf>) -> Self {
+        let dir = dir.into();
+        self.p.edit_node(self.node, |n| n.exclusive_dirs.push(dir));
+        self
+    }
 }

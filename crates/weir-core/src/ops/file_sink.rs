@@ -48,8 +48,9 @@ fn in_progress_name(writer: usize, token: &str) -> String {
     format!(".part-{writer}-{token}.inprogress")
 }
 
-/// A token unique to one run of one sink subtask.
-pub(crate) fn new_token() -> String {
+/// A token unique to one run of one sink subtask (16 hex digits), for the names of its
+/// uncommitted files.
+pub fn new_token() -> String {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -104,7 +105,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 /// `to`: a hard link (which fails if `to` exists), then the pending name is removed. A crash
 /// between the two leaves both names on one file, which a later commit finishes. Fails
 /// with `AlreadyExists` when `to` is another file, and `NotFound` when `from` is gone.
-fn commit_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
+pub fn commit_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
     match std::fs::hard_link(from, to) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && same_file(from, to)? => {}
@@ -128,7 +129,8 @@ fn same_file(a: &Path, b: &Path) -> std::io::Result<bool> {
     }
 }
 
-fn fsync_dir(dir: &Path) -> Result<()> {
+/// Makes the renames and removals in `dir` durable.
+pub fn fsync_dir(dir: &Path) -> Result<()> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io(dir))
