@@ -120,3 +120,14 @@ fn a_multipart_upload_appears_whole_when_completed_and_never_when_aborted() {
     s.abort_upload("out/part-1", &id).unwrap();
     assert_eq!(s.get("out/part-1").unwrap(), None);
 }
+
+#[test]
+fn copies_stay_on_the_server() {
+    let s = store("copy");
+    s.put("a/one", b"contents".to_vec()).unwrap();
+    s.copy("a/one", "b/two").unwrap();
+    assert_eq!(s.get("b/two").unwrap().unwrap(), b"contents");
+    assert_eq!(s.get("a/one").unwrap().unwrap(), b"contents");
+    let e = s.copy("missing", "c").unwrap_err().to_string();
+    assert!(e.contains("missing"), "{e}");
+}
