@@ -178,6 +178,27 @@ pub(crate) fn mono_us() -> u64 {
         .as_micros() as u64
 }
 
+/// Logs what this process wrote to object storage, when the job's checkpoints are there:
+/// with checkpoints on object storage the workers store the state and the coordinator
+/// only manifests, which this line lets an operator (and the tests) see.
+pub(crate) fn report_object_storage(job: &crate::task::JobShared, who: &str) {
+    let remote = job
+        .cfg
+        .checkpoint
+        .as_ref()
+        .is_some_and(|c| c.dir.to_str().is_some_and(weir_objstore::is_url));
+    if remote {
+        let s = weir_objstore::stats();
+        tracing::info!(
+            bytes_written = s.bytes_written,
+            bytes_read = s.bytes_read,
+            "{who}: object storage: {} bytes written, {} bytes read by this process",
+            s.bytes_written,
+            s.bytes_read
+        );
+    }
+}
+
 /// Starts a job in cluster mode; see [`crate::start`].
 pub(crate) fn run(
     name: &str,
