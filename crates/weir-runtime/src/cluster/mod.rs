@@ -6,7 +6,11 @@
 //! another binary or other arguments is refused). The coordinator runs the checkpoint
 //! coordinator and the restart loop exactly as a single process does; only the tasks run
 //! elsewhere: it places them on the workers' slots, relays checkpoint commands and
-//! acknowledgements, and writes checkpoints to the storage every process sees.
+//! acknowledgements, and writes checkpoints to the storage every process sees. With a
+//! checkpoint directory the workers' files travel with their acknowledgements and the
+//! coordinator stages and stores them (`staging`); with checkpoints on object storage each
+//! worker stores its tasks' files itself and acknowledges with references, and the
+//! coordinator writes only the manifest.
 //!
 //! Workers exchange record batches over TCP with credit-based flow control per channel
 //! (`data`); barriers, watermarks and end-of-input travel in-band. A worker that stops

@@ -895,9 +895,17 @@ fn restore(
     })?;
     let storage = weir_checkpoint::CheckpointStorage::open(&cfg.dir)
         .map_err(|e| Error::Config(e.to_string()))?;
-    let manifest = storage
-        .load(path)
-        .map_err(|e| Error::Config(format!("this worker cannot read checkpoint {}: {e}; is the checkpoint directory shared by every process?", path.display())))?;
+    let manifest = storage.load(path).map_err(|e| {
+        let hint = if storage.is_remote() {
+            "does every process have the same object storage settings (AWS_* environment)?"
+        } else {
+            "is the checkpoint directory shared by every process?"
+        };
+        Error::Config(format!(
+            "this worker cannot read checkpoint {}: {e}; {hint}",
+            path.display()
+        ))
+    })?;
     crate::checkpoints::restore_map(
         &storage,
         &manifest,
