@@ -5,7 +5,7 @@
 //! fails checkpoints until it is back. Each time the committed output (a local directory
 //! for now) holds every key's prefix sums exactly once.
 
-use super::cluster::{Cluster, expect_success, read, wait_log};
+use super::cluster::{Cluster, expect_success, read, wait_log, weir_cluster_output};
 use super::object_storage::{complete_on_server, prefix_of};
 use crate::harness::{Scenario, wait_for};
 use std::path::{Path, PathBuf};
@@ -197,4 +197,95 @@ fn a_cluster_survives_its_s3_server_restarting_checkpoints_fail_then_succeed_exa
     assert!(log.contains("aborted"), "{log}");
     s.check();
     state_stored_by_workers(&server, "cluster-restart/ck");
+}
+
+#[test]
+fn a_savepoint_of_a_cluster_on_s3_is_self_contained_and_resumes_exactly() {
+    let server = s3::shared();
+    let mut s = Scenario::new(30_000, 500, 63);
+    s.checkpoints = PathBuf::from(s3::url("cluster-savepoint"));
+    let prefix = prefix_of(&s.checkpoints);
+    let mut cl = Cluster::new(&s);
+    cl.env = server.env();
+    cl.workers = 2;
+    let (mut coord, coord_log) = cl.coordinator();
+    let workers = start_workers(&mut cl, &coord_log, 2, 2);
+    wait_for(
+        "a checkpoint on the server",
+        Duration::from_secs(60),
+        || !complete_on_server(server, &prefix).is_empty(),
+    );
+    let said = weir_cluster_output(&cl.web, &["savepoint", "--stop"]);
+    assert!(
+        said.status.success(),
+        "{}",
+        String::from_utf8_lossy(&said.stderr)
+    );
+    expect_success(
+        &mut coord,
+        &coord_log,
+        "the coordinator stopping with a savepoint",
+    );
+    for (mut w, log) in workers {
+        expect_success(&mut w, &log, "a worker");
+    }
+    let log = read(&coord_log);
+    let savepoint = log
+        .lines()
+        .find_map(|l| l.strip_prefix("stopped with savepoint "))
+        .unwrap_or_else(|| panic!("no savepoint path in the log:\n{log}"))
+        .to_string();
+    // On the server: the savepoint's manifest lists only its own objects, all under its
+    // prefix (copied there on the server), and the workers' objects of its id are gone.
+    let name = savepoint.rsplit('/').next().unwrap().to_string();
+    let id: u64 = name.split('-').nth(1).unwrap().parse().unwrap();
+    let files = server.files(s3::BUCKET, &format!("{prefix}/{name}"));
+    let meta = files
+        .iter()
+        .find(|f| f.file_name().is_some_and(|n| n == "_metadata"))
+        .expect("the savepoint's manifest on the server");
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(meta).unwrap()).unwrap();
+    let token = m["objects"].as_str().unwrap();
+    let mut listed = 0;
+    for f in m["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|o| o["subtasks"].as_array().unwrap())
+        .flat_map(|s| s["files"].as_array().unwrap())
+    {
+        listed += 1;
+        assert!(
+            f.get("objects").is_none() && !f["shared"].as_bool().unwrap_or(false),
+            "{f}"
+        );
+        let object = meta
+            .parent()
+            .unwrap()
+            .join(token)
+            .join(f["name"].as_str().unwrap());
+        assert!(
+            object.is_file(),
+            "{} is not on the server",
+            object.display()
+        );
+    }
+    assert!(listed > 0);
+    assert!(
+        server
+            .files(s3::BUCKET, &format!("{prefix}/chk-{id:020}"))
+            .is_empty(),
+        "the workers' objects of savepoint {id} are left"
+    );
+
+    // Resumed from the savepoint, the cluster finishes with exact output.
+    let (mut coord, coord_log) = cl.coordinator_env(&["--from-savepoint", &savepoint], &[]);
+    let workers = start_workers(&mut cl, &coord_log, 2, 2);
+    wait_log(&coord_log, "resuming from savepoint", 1);
+    expect_success(&mut coord, &coord_log, "the resumed coordinator");
+    for (mut w, log) in workers {
+        expect_success(&mut w, &log, "a worker");
+    }
+    s.check();
 }
