@@ -123,7 +123,12 @@ fn workers_store_checkpoints_on_s3_and_a_killed_worker_is_replaced_with_exact_ou
         worker_bytes += bytes_written(&read(&log)).expect("a worker's object storage line");
     }
     let log = read(&coord_log);
-    assert!(log.contains("lost: connection closed"), "{log}");
+    // Closed or reset, depending on what the worker's socket held when it died.
+    assert!(
+        log.lines()
+            .any(|l| l.contains("worker 2 (") && l.contains("lost: ")),
+        "{log}"
+    );
     assert!(log.contains("resuming from checkpoint"), "{log}");
     assert!(log.contains("worker 3 joined"), "{log}");
     s.check();
