@@ -27,6 +27,12 @@ pub(super) struct Cluster<'a> {
     pub(super) secret: Option<PathBuf>,
     /// The TLS directory every process is started with (`--tls-dir`), if any.
     pub(super) tls: Option<PathBuf>,
+    /// Environment variables every process is started with (object storage settings).
+    pub(super) env: Vec<(String, String)>,
+    /// The workers the coordinator waits for (`--workers`).
+    pub(super) workers: usize,
+    /// The source's records per second (`--max-rate`).
+    pub(super) max_rate: u64,
     logs: PathBuf,
     started: usize,
 }
@@ -41,6 +47,9 @@ impl<'a> Cluster<'a> {
             web: format!("127.0.0.1:{}", free_port()),
             secret: None,
             tls: None,
+            env: Vec::new(),
+            workers: 3,
+            max_rate: 6_000,
             logs,
             started: 0,
         }
@@ -53,7 +62,8 @@ impl<'a> Cluster<'a> {
         (path, f)
     }
 
-    /// Starts the coordinator: 3 workers, parallelism 4, heartbeat timeout 2 s.
+    /// Starts the coordinator: 3 workers (unless [`Cluster::workers`] says otherwise),
+    /// parallelism 4, heartbeat timeout 2 s.
     pub(super) fn coordinator(&mut self) -> (Child, PathBuf) {
         self.coordinator_with(&[])
     }
@@ -70,7 +80,7 @@ impl<'a> Cluster<'a> {
         env: &[(&str, &std::ffi::OsStr)],
     ) -> (Child, PathBuf) {
         let (path, log) = self.log_file("coordinator");
-        let mut c = self.s.command(4, Some(6_000), 100);
+        let mut c = self.s.command(4, Some(self.max_rate), 100);
         c.args(extra);
         if let Some(secret) = &self.secret {
             c.arg("--secret-file").arg(secret);
@@ -78,13 +88,14 @@ impl<'a> Cluster<'a> {
         if let Some(tls) = &self.tls {
             c.arg("--tls-dir").arg(tls);
         }
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
         c.envs(env.iter().copied());
         c.arg("--cluster")
             .arg("coordinator")
             .arg("--listen")
             .arg(&self.address)
             .arg("--workers")
-            .arg("3")
+            .arg(self.workers.to_string())
             .arg("--heartbeat-timeout-ms")
             .arg("2000")
             .arg("--web")
@@ -115,6 +126,7 @@ impl<'a> Cluster<'a> {
             .arg("--slots")
             .arg(slots.to_string())
             .env_remove("WEIR_FAILPOINTS")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);

@@ -9,6 +9,7 @@
 
 mod bounded;
 mod cluster;
+mod cluster_object_storage;
 mod cluster_staging;
 mod cluster_tls;
 mod event_time;

@@ -13,7 +13,7 @@ use weir_tests::s3;
 
 /// The complete checkpoints under `prefix` of the test bucket, as the server stores them
 /// (not through weir): their ids.
-fn complete_on_server(server: &s3::Server, prefix: &str) -> Vec<u64> {
+pub(super) fn complete_on_server(server: &s3::Server, prefix: &str) -> Vec<u64> {
     let mut ids: Vec<u64> = server
         .files(s3::BUCKET, prefix)
         .iter()
@@ -32,7 +32,7 @@ fn complete_on_server(server: &s3::Server, prefix: &str) -> Vec<u64> {
 }
 
 /// The key prefix of an `s3://bucket/prefix` URL.
-fn prefix_of(url: &Path) -> String {
+pub(super) fn prefix_of(url: &Path) -> String {
     let url = url.to_str().unwrap();
     url.strip_prefix(&format!("s3://{}/", s3::BUCKET))
         .unwrap()

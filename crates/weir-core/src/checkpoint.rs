@@ -40,6 +40,38 @@ pub struct OperatorSnapshot {
     /// state file, so checkpoints taken before it existed still restore (without one).
     #[serde(default)]
     pub watermark: Option<crate::time::Timestamp>,
+    /// Set when the task already stored this snapshot in checkpoint storage itself (a
+    /// worker of a cluster whose checkpoints are on object storage): the entries of what it
+    /// stored. `keyed`, `operator` and `files` are then empty; `description` and
+    /// `watermark` still go into the manifest. Never sent with the snapshot: the cluster's
+    /// acknowledgement carries it separately.
+    #[serde(skip)]
+    pub stored: Option<StoredSnapshot>,
+}
+
+/// What a task stored in checkpoint storage for one operator's snapshot (see
+/// [`OperatorSnapshot::stored`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredSnapshot {
+    /// The files, as the checkpoint's manifest lists them.
+    pub files: Vec<StoredFile>,
+    /// Bytes the task wrote for them (shared files already in storage count nothing).
+    pub written: u64,
+}
+
+/// One file a task stored in checkpoint storage: the manifest's entry for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredFile {
+    /// Its name (in `shared/` when `shared`).
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// CRC-32 (IEEE) of the contents.
+    pub crc32: u32,
+    /// True when it is a shared file.
+    pub shared: bool,
+    /// The token of the writer whose objects hold it (own files on object storage).
+    pub objects: Option<String>,
 }
 
 /// A local file that belongs to a snapshot.

@@ -664,6 +664,15 @@ impl Store {
         Ok(out)
     }
 
+    /// Copies object `from` to `to` on the server (S3 `CopyObject`): the bytes do not pass
+    /// through this process, and readers see the whole copy or none of it.
+    pub fn copy(&self, from: &str, to: &str) -> Result<()> {
+        let store = self.inner.store.clone();
+        let (src, dst) = (self.key(from), self.key(to));
+        runtime::block_on(async move { store.copy(&src, &dst).await })
+            .map_err(|e| self.failed("copy", from, e))
+    }
+
     /// Deletes object `name`; deleting one that does not exist is no error.
     pub fn delete(&self, name: &str) -> Result<()> {
         let store = self.inner.store.clone();

@@ -151,3 +151,14 @@ fn aborting_an_upload_the_store_no_longer_knows_is_no_error() {
     s.abort_upload("out/part-1", &id).unwrap();
     s.abort_upload("out/part-1", &id).unwrap();
 }
+
+#[test]
+fn copies_stay_on_the_server() {
+    let s = store("copy");
+    s.put("a/one", b"contents".to_vec()).unwrap();
+    s.copy("a/one", "b/two").unwrap();
+    assert_eq!(s.get("b/two").unwrap().unwrap(), b"contents");
+    assert_eq!(s.get("a/one").unwrap().unwrap(), b"contents");
+    let e = s.copy("missing", "c").unwrap_err().to_string();
+    assert!(e.contains("missing"), "{e}");
+}

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use weir_checkpoint::{
     CheckpointKind, CheckpointStorage, Manifest, OperatorManifest, SubtaskManifest, TaskKey,
 };
-use weir_core::checkpoint::{OperatorSnapshot, RestoreState};
+use weir_core::checkpoint::{OperatorSnapshot, RestoreState, StoredFile, StoredSnapshot};
 use weir_core::data::key_group_range;
 use weir_core::graph::Graph;
 use weir_core::ids::CheckpointId;
@@ -26,6 +26,13 @@ fn storage_err(e: weir_checkpoint::Error) -> Error {
 pub(crate) struct OperatorNames(HashMap<String, (usize, String, usize)>);
 
 impl OperatorNames {
+    /// The node index of operator `op_id`.
+    fn node(&self, op_id: &str) -> Result<usize> {
+        self.0.get(op_id).map(|(node, _, _)| *node).ok_or_else(|| {
+            Error::Config(format!("internal: snapshot of unknown operator '{op_id}'"))
+        })
+    }
+
     pub(crate) fn new(graph: &Graph, plan: &Plan) -> Self {
         OperatorNames(
             graph
@@ -59,46 +66,32 @@ pub(crate) fn write_checkpoint(
     let mut operators: BTreeMap<usize, OperatorManifest> = BTreeMap::new();
     // Sizes of what this checkpoint writes, and of everything it references.
     let mut written = 0u64;
+    // Files workers stored themselves (checkpoints on object storage, in a cluster).
+    let mut adopted = false;
     for (task, snapshots) in acks {
         let subtask = task.subtask.0;
         for (op_id, mut snap) in snapshots {
-            // The backend's asynchronous part may still be writing its files.
-            snap.resolve_files()?;
-            let (node, op_name, parallelism) = names.0.get(&op_id).ok_or_else(|| {
-                Error::Config(format!("internal: snapshot of unknown operator '{op_id}'"))
-            })?;
-            let node = *node;
-            let bytes = encode_state_file(&snap)?;
-            let name = format!("op{node}-{subtask}.state");
-            let mut entries = vec![writer.write_file(&name, &bytes).map_err(storage_err)?];
-            written += bytes.len() as u64;
-            // The asynchronous part: persistent-backend files, each immutable one stored once.
-            // Storage knows which shared files it still holds (retention may have deleted
-            // one since an earlier checkpoint stored it); savepoints copy every file.
-            for f in &snap.files {
-                let reused = if f.shared {
-                    writer.reuse_shared(&f.name).map_err(storage_err)?
-                } else {
-                    None
-                };
-                let entry = match reused {
-                    Some(e) => e,
-                    None => {
-                        // Shared files are immutable: linked into storage where it can.
-                        let e = if f.shared {
-                            writer.link_shared(&f.name, &f.path)
-                        } else {
-                            let data = std::fs::read(&f.path)
-                                .map_err(|e| Error::io(f.path.display(), e))?;
-                            writer.write_file(&f.name, &data)
-                        }
+            let (node, entries) = match snap.stored.take() {
+                Some(stored) => {
+                    adopted = true;
+                    let node = names.node(&op_id)?;
+                    let entries = stored
+                        .files
+                        .iter()
+                        .map(|f| writer.adopt(&stored_entry(f)))
+                        .collect::<std::result::Result<Vec<_>, _>>()
                         .map_err(storage_err)?;
-                        written += e.size;
-                        e
-                    }
-                };
-                entries.push(entry);
-            }
+                    written += stored.written;
+                    (node, entries)
+                }
+                None => {
+                    let (node, entries, bytes) =
+                        store_snapshot(&writer, names, subtask, &op_id, &mut snap)?;
+                    written += bytes;
+                    (node, entries)
+                }
+            };
+            let (_, op_name, parallelism) = &names.0[&op_id];
             let op = operators.entry(node).or_insert_with(|| OperatorManifest {
                 uid: op_id.clone(),
                 name: op_name.clone(),
@@ -136,12 +129,116 @@ pub(crate) fn write_checkpoint(
         })
         .collect();
     let path = writer.finish(manifest).map_err(storage_err)?;
+    if adopted && kind.is_savepoint() {
+        // The savepoint holds copies: the workers' objects of this id are not needed.
+        if let Err(e) = storage.discard(id) {
+            tracing::warn!(checkpoint = %id, error = %e, "removing the workers' files of a savepoint failed");
+        }
+    }
     if stops_job {
         // The sinks commit up to this savepoint next: no older point of this directory may
         // be restored afterwards, even when the savepoint is moved away.
         storage.record_stop(id, &path).map_err(storage_err)?;
     }
     Ok(path)
+}
+
+/// Stores one operator's snapshot of one subtask through `writer`: its state file, then the
+/// state backend's files (each immutable one stored once). Returns the operator's node, the
+/// entries, and the bytes written.
+fn store_snapshot(
+    writer: &weir_checkpoint::CheckpointWriter,
+    names: &OperatorNames,
+    subtask: usize,
+    op_id: &str,
+    snap: &mut OperatorSnapshot,
+) -> Result<(usize, Vec<weir_checkpoint::FileEntry>, u64)> {
+    // The backend's asynchronous part may still be writing its files.
+    snap.resolve_files()?;
+    let node = names.node(op_id)?;
+    let bytes = encode_state_file(snap)?;
+    let name = format!("op{node}-{subtask}.state");
+    // The state file first: on object storage it makes the checkpoint visible before any
+    // shared file is touched (the writer makes sure of that anyway).
+    let mut entries = vec![writer.write_file(&name, &bytes).map_err(storage_err)?];
+    let mut written = bytes.len() as u64;
+    // The asynchronous part: persistent-backend files, each immutable one stored once.
+    // Storage knows which shared files it still holds (retention may have deleted one since
+    // an earlier checkpoint stored it); savepoints copy every file.
+    for f in &snap.files {
+        let reused = if f.shared {
+            writer.reuse_shared(&f.name).map_err(storage_err)?
+        } else {
+            None
+        };
+        let entry = match reused {
+            Some(e) => e,
+            None => {
+                // Shared files are immutable: linked into storage where it can.
+                let e = if f.shared {
+                    writer.link_shared(&f.name, &f.path)
+                } else {
+                    let data =
+                        std::fs::read(&f.path).map_err(|e| Error::io(f.path.display(), e))?;
+                    writer.write_file(&f.name, &data)
+                }
+                .map_err(storage_err)?;
+                written += e.size;
+                e
+            }
+        };
+        entries.push(entry);
+    }
+    Ok((node, entries, written))
+}
+
+/// A worker of a cluster whose checkpoints are on object storage: stores a task's
+/// snapshots for checkpoint `id` itself
+/// ([`CheckpointStorage::task_files`](weir_checkpoint::CheckpointStorage::task_files)) and
+/// leaves in each only what the acknowledgement carries: its description, its watermark,
+/// and what was stored ([`OperatorSnapshot::stored`]). The coordinator lists the files in
+/// the manifest it writes.
+pub(crate) fn store_task_snapshots(
+    storage: &CheckpointStorage,
+    names: &OperatorNames,
+    id: CheckpointId,
+    subtask: usize,
+    snapshots: &mut BTreeMap<String, OperatorSnapshot>,
+) -> Result<()> {
+    let writer = storage.task_files(id).map_err(storage_err)?;
+    for (op_id, snap) in snapshots.iter_mut() {
+        let (_, entries, written) = store_snapshot(&writer, names, subtask, op_id, snap)?;
+        *snap = OperatorSnapshot {
+            description: snap.description.take(),
+            watermark: snap.watermark,
+            stored: Some(StoredSnapshot {
+                files: entries
+                    .into_iter()
+                    .map(|e| StoredFile {
+                        name: e.name,
+                        size: e.size,
+                        crc32: e.crc32,
+                        shared: e.shared,
+                        objects: e.objects,
+                    })
+                    .collect(),
+                written,
+            }),
+            ..OperatorSnapshot::default()
+        };
+    }
+    Ok(())
+}
+
+/// The manifest entry of a file a worker stored.
+fn stored_entry(f: &StoredFile) -> weir_checkpoint::FileEntry {
+    weir_checkpoint::FileEntry {
+        name: f.name.clone(),
+        size: f.size,
+        crc32: f.crc32,
+        shared: f.shared,
+        objects: f.objects.clone(),
+    }
 }
 
 /// Finds the checkpoint to restore from: the explicit path, or the latest complete recovery
@@ -520,5 +617,92 @@ mod tests {
         let p6 = write(&storage, 6, ck, &[&sst]).unwrap();
         assert_eq!(restore_files(&storage, &p6).len(), 2);
         restore_files(&storage, &sp);
+    }
+
+    /// A worker stores its task's snapshot itself (checkpoints on object storage) and the
+    /// coordinator writes the manifest from the references: the checkpoint restores as if
+    /// the coordinator had written it, a savepoint from them is self-contained, and the
+    /// coordinator's storage handle wrote only manifests.
+    #[test]
+    fn snapshots_stored_by_workers_are_referenced_by_the_manifest() {
+        let tmp = tempfile::tempdir().unwrap();
+        let url = "memory://runtime-workers/ck";
+        let coordinator = CheckpointStorage::open(url).unwrap();
+        let worker = CheckpointStorage::open(url).unwrap();
+        let sst = tmp.path().join("000007.sst");
+        std::fs::write(&sst, b"sst seven").unwrap();
+        let task = TaskKey {
+            node: NodeId(0),
+            subtask: SubtaskIndex(0),
+        };
+        let ack = |id: u64| {
+            let snap = OperatorSnapshot {
+                keyed: BTreeMap::from([("t".to_string(), vec![(3, vec![id as u8])])]),
+                description: Some(format!("as of {id}")),
+                watermark: Some(40),
+                files: vec![LocalFile {
+                    path: sst.clone(),
+                    name: "inst-000007.sst".into(),
+                    shared: true,
+                }],
+                ..OperatorSnapshot::default()
+            };
+            let mut snaps = BTreeMap::from([("sum".to_string(), snap)]);
+            store_task_snapshots(&worker, &names(), CheckpointId(id), 0, &mut snaps).unwrap();
+            let stored = snaps["sum"].stored.clone().unwrap();
+            assert!(snaps["sum"].keyed.is_empty() && snaps["sum"].files.is_empty());
+            assert_eq!(stored.files.len(), 2);
+            vec![(task, snaps)]
+        };
+        for (id, kind) in [
+            (1, CheckpointKind::Checkpoint),
+            (2, CheckpointKind::Savepoint),
+        ] {
+            let path = write_checkpoint(
+                &coordinator,
+                "job",
+                &names(),
+                128,
+                CheckpointId(id),
+                kind,
+                false,
+                ack(id),
+                &stats(),
+            )
+            .unwrap();
+            let m = coordinator.load(&path).unwrap();
+            let sub = &m.operators[0].subtasks[0];
+            assert_eq!(sub.watermark, Some(40));
+            assert_eq!(
+                sub.operator_state,
+                Some(serde_json::json!(format!("as of {id}")))
+            );
+            assert_eq!(sub.files[0].name, "op0-0.state");
+            assert_eq!(
+                kind.is_savepoint(),
+                sub.files.iter().all(|f| f.objects.is_none())
+            );
+            let graph_free = restore_files(&coordinator, &path);
+            assert!(
+                graph_free.contains(&("inst-000007.sst".to_string(), b"sst seven".to_vec())),
+                "{graph_free:?}"
+            );
+            let state = decode_state_file(&graph_free[0].1).unwrap();
+            assert_eq!(state.keyed["t"], vec![(3, vec![id as u8])]);
+        }
+        // The workers' objects of the savepoint's id were removed once it was written.
+        let store = weir_objstore::Store::open(url).unwrap();
+        let left: Vec<String> = store
+            .list("")
+            .unwrap()
+            .into_iter()
+            .map(|o| o.name)
+            .collect();
+        assert!(
+            !left
+                .iter()
+                .any(|n| n.starts_with("chk-00000000000000000002/")),
+            "{left:?}"
+        );
     }
 }

@@ -16,7 +16,7 @@ impl CheckpointStorage {
     /// storage.write_control("_savepoint_request", b"stop")?;
     /// assert_eq!(storage.take_control("_savepoint_request")?.as_deref(), Some(&b"stop"[..]));
     /// assert_eq!(storage.take_control("_savepoint_request")?, None);
-    /// # Ok::<(), weir_checkpoint::Error>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn write_control(&self, name: &str, bytes: &[u8]) -> Result<()> {
         check_name(name)?;

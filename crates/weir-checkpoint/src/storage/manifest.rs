@@ -55,6 +55,12 @@ pub struct FileEntry {
     /// True when the file lives in `shared/` (incremental checkpoints); never in savepoints.
     #[serde(default)]
     pub shared: bool,
+    /// Object storage only: the token of the writer that stored this (own) file, when it
+    /// is not the manifest's writer ([`Manifest::objects`]): a worker of a cluster stores
+    /// its tasks' files itself, under `chk-<id>/<its token>/<name>`, and the coordinator
+    /// writes only the manifest. Absent otherwise (and in manifests written before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objects: Option<String>,
 }
 
 /// Statistics recorded in the manifest.
@@ -362,6 +368,7 @@ mod tests {
                     size: 3,
                     crc32: 9,
                     shared: true,
+                    objects: None,
                 }],
                 operator_state: Some(serde_json::json!({"payments/0": 42})),
                 watermark: Some(17),

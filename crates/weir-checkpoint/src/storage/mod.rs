@@ -272,6 +272,35 @@ impl CheckpointStorage {
         )
     }
 
+    /// Starts writing one task's files of checkpoint `id` on object storage, for a
+    /// checkpoint whose manifest another process writes: a worker of a cluster stores its
+    /// tasks' files itself and acknowledges with their entries, and the coordinator adopts
+    /// them ([`CheckpointWriter::adopt`]) into the manifest it writes. The writer's own
+    /// files go under `chk-<id>/<its token>/` and their entries name that token
+    /// ([`FileEntry::objects`]); shared files go into `shared/`, reused by name as for any
+    /// writer. Before it writes or reuses a shared file the checkpoint is visible under
+    /// `chk-<id>/` (its own file, or a marker), so retention in any process leaves
+    /// `shared/` alone meanwhile. Whether the checkpoint turns out to be a savepoint does
+    /// not matter here: the coordinator copies what a savepoint needs into it.
+    ///
+    /// The writer cannot [`finish`](CheckpointWriter::finish). Only on object storage: in a
+    /// directory, [`Error::InvalidConfig`].
+    pub fn task_files(&self, id: CheckpointId) -> Result<CheckpointWriter> {
+        let Some(store) = &self.remote else {
+            return Err(Error::InvalidConfig(format!(
+                "{}: tasks store their checkpoint files themselves only on object storage",
+                self.dir.display()
+            )));
+        };
+        let name = layout::checkpoint_dir_name(id);
+        CheckpointWriter::new_task_files(
+            id,
+            self.dir.join(&name),
+            remote::RemoteDir::new(store.clone(), name),
+            self.registry.clone(),
+        )
+    }
+
     /// Starts writing savepoint `id` into `sp-<id>-<name>`. `name` may contain ASCII letters,
     /// digits, `.`, `_` and `-`; the directory must not exist yet.
     pub fn savepoint(&self, id: CheckpointId, name: &str) -> Result<CheckpointWriter> {

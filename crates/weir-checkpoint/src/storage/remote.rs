@@ -5,6 +5,7 @@
 //! <url>/
 //!   chk-<id>/_metadata                   the manifest: ONE PUT, written last (the commit point)
 //!   chk-<id>/<writer token>/<file>       the checkpoint's own files, under its writer's token
+//!                                        (or under each worker's, in a cluster)
 //!   sp-<id>-<name>/...                   savepoints, the same way (self-contained)
 //!   shared/<file>                        files shared by checkpoints (names identify contents)
 //!   _stopped_with_savepoint              the stop record (one PUT)
@@ -21,6 +22,14 @@
 //!   to its own writer's files: a checkpoint is never a mix of two writers. Shared files are
 //!   named by the state backend for their contents (an instance id and a file number), so
 //!   two writers never write different contents under one shared name.
+//! - In a cluster, workers store their tasks' files themselves
+//!   ([`CheckpointStorage::task_files`](super::CheckpointStorage::task_files)): each under
+//!   its own token, named in each file's entry (`"objects"` per file), and the coordinator
+//!   writes only the manifest, after checking that every object it lists exists with its
+//!   size. A worker's checkpoint is visible under `chk-<id>/` (its first own file, or an
+//!   `_in_flight` marker) before it writes or reuses anything in `shared/`, so retention in
+//!   the coordinator leaves `shared/` alone while it writes. A savepoint stays
+//!   self-contained: the coordinator copies the workers' objects into it on the server.
 //! - Loading a checkpoint checks that every file exists with its size (one listing per
 //!   checkpoint and one of `shared/`); each file's CRC-32 is checked when it is read. Object
 //!   stores keep their own checksums, so what a size check misses (a damaged object of the
@@ -34,6 +43,7 @@ use super::stop::STOP_RECORD;
 use crate::error::{Error, FileProblem, Result};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use weir_objstore::Store;
 
@@ -93,12 +103,13 @@ pub(crate) fn remember_token(dir: &Path, token: Option<String>) {
         .insert(dir.to_path_buf(), token);
 }
 
-/// The name of a checkpoint's file relative to the checkpoint's parent.
+/// The name of a checkpoint's file relative to the checkpoint's parent: under the token of
+/// the writer that stored it (the entry's own, else the manifest's `token`).
 fn object_name(dir_name: &str, token: Option<&str>, entry: &FileEntry) -> String {
     if entry.shared {
         format!("{SHARED_DIR}/{}", entry.name)
     } else {
-        match token {
+        match entry.objects.as_deref().or(token) {
             Some(t) => format!("{dir_name}/{t}/{}", entry.name),
             None => format!("{dir_name}/{}", entry.name),
         }
@@ -274,7 +285,14 @@ pub(crate) struct RemoteDir {
     pub(crate) token: String,
     /// Shared files known to exist, by name, with their size (listed once).
     pub(crate) shared: Mutex<Option<HashMap<String, u64>>>,
+    /// True once an object of this writer exists under `<name>/<token>/`, which makes the
+    /// checkpoint visible (as incomplete) to retention in every process.
+    visible: AtomicBool,
 }
+
+/// The object a writer puts under its token before it writes or reuses a shared file, when
+/// it has written none of its own yet (see [`RemoteDir::ensure_visible`]).
+pub(crate) const IN_FLIGHT_MARKER: &str = "_in_flight";
 
 impl RemoteDir {
     pub(crate) fn new(parent: Store, name: String) -> RemoteDir {
@@ -283,7 +301,30 @@ impl RemoteDir {
             name,
             token: new_token(),
             shared: Mutex::new(None),
+            visible: AtomicBool::new(false),
         }
+    }
+
+    /// Makes this writer's checkpoint visible before it touches `shared/`: retention (in
+    /// any process) leaves `shared/` alone while an incomplete checkpoint newer than every
+    /// complete one exists, and sees a checkpoint on object storage only through its
+    /// objects. Writes a small marker unless one of the writer's own files is stored.
+    pub(crate) fn ensure_visible(&self) -> Result<()> {
+        if self.visible.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.parent.put(&self.own(IN_FLIGHT_MARKER), Vec::new())?;
+        self.visible.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Copies a file another writer stored for checkpoint directory `from_dir` (its own
+    /// file, or a shared one) into this writer's own objects, on the server.
+    pub(crate) fn copy_own(&self, from_dir: &str, stored: &FileEntry) -> Result<()> {
+        let source = object_name(from_dir, None, stored);
+        self.parent.copy(&source, &self.own(&stored.name))?;
+        self.visible.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
     fn own(&self, file: &str) -> String {
@@ -292,12 +333,16 @@ impl RemoteDir {
 
     /// Writes one of the checkpoint's own files.
     pub(crate) fn write_own(&self, file: &str, bytes: &[u8]) -> Result<()> {
-        Ok(self.parent.put(&self.own(file), bytes.to_vec())?)
+        self.parent.put(&self.own(file), bytes.to_vec())?;
+        self.visible.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Uploads a local file as one of the checkpoint's own files; returns its size and CRC.
     pub(crate) fn upload_own(&self, file: &str, source: &Path) -> Result<(u64, u32)> {
-        Ok(self.parent.put_file(&self.own(file), source)?)
+        let stored = self.parent.put_file(&self.own(file), source)?;
+        self.visible.store(true, Ordering::SeqCst);
+        Ok(stored)
     }
 
     /// The size of shared file `file` if it exists.
@@ -349,11 +394,12 @@ impl RemoteDir {
         }
     }
 
-    /// Checks that every file `manifest` lists exists with its size.
+    /// Checks that every file `manifest` lists exists with its size: this writer's own,
+    /// those other writers stored under their tokens (workers of a cluster), shared ones.
     pub(crate) fn check_files(&self, manifest: &Manifest, dir: &Path) -> Result<()> {
         let own: HashMap<String, u64> = self
             .parent
-            .list(&format!("{}/{}/", self.name, self.token))?
+            .list(&format!("{}/", self.name))?
             .into_iter()
             .map(|o| (o.name, o.size))
             .collect();

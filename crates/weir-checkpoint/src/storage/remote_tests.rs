@@ -272,3 +272,248 @@ fn file_urls_are_local_directories() {
     assert!(!s.is_remote());
     assert!(tmp.path().join("ck/shared").is_dir());
 }
+
+/// A worker of a cluster: its own storage handle on the URL (another process), writing one
+/// task's files of checkpoint `id` — a state file and the given shared files — and
+/// returning their entries, as it acknowledges.
+fn worker_files(url: &str, id: u64, task: &str, shared: &[&str]) -> Vec<FileEntry> {
+    let worker = CheckpointStorage::open(url).unwrap();
+    let w = worker.task_files(CheckpointId(id)).unwrap();
+    let mut files = vec![
+        w.write_file(
+            &format!("{task}.state"),
+            format!("{task} at {id}").as_bytes(),
+        )
+        .unwrap(),
+    ];
+    for name in shared {
+        files.push(w.write_shared(name, name.as_bytes()).unwrap());
+    }
+    files
+}
+
+/// The coordinator: adopts the workers' entries and writes only the manifest.
+fn coordinator_finish(
+    s: &CheckpointStorage,
+    id: u64,
+    kind: CheckpointKind,
+    refs: &[FileEntry],
+) -> Result<PathBuf> {
+    let w = s.begin(CheckpointId(id), kind)?;
+    let files = refs
+        .iter()
+        .map(|f| w.adopt(f))
+        .collect::<Result<Vec<_>>>()?;
+    w.finish(manifest(id, kind, files))
+}
+
+#[test]
+fn workers_store_their_task_files_and_the_coordinator_writes_only_the_manifest() {
+    let url = "memory://workers/jobs/ck";
+    let (store, s) = remote("workers");
+    let mut refs = worker_files(url, 1, "op1-0", &["inst-a-1.sst"]);
+    refs.extend(worker_files(url, 1, "op1-1", &["inst-b-1.sst"]));
+    let tokens: std::collections::BTreeSet<String> =
+        refs.iter().filter_map(|f| f.objects.clone()).collect();
+    assert_eq!(
+        tokens.len(),
+        2,
+        "each worker stores under its own token: {refs:?}"
+    );
+    assert!(
+        refs.iter()
+            .filter(|f| f.shared)
+            .all(|f| f.objects.is_none())
+    );
+    let path = coordinator_finish(&s, 1, CheckpointKind::Checkpoint, &refs).unwrap();
+    // Another process restores it: every file verifies and reads back.
+    let other = CheckpointStorage::open(url).unwrap();
+    let latest = other.latest_complete().unwrap().checkpoint.unwrap();
+    assert_eq!(latest.path, path);
+    let m = &latest.manifest;
+    let coordinator_token = m.objects.clone().unwrap();
+    assert!(!tokens.contains(&coordinator_token));
+    assert_eq!(other.read_file(&path, &refs[0]).unwrap(), b"op1-0 at 1");
+    assert_eq!(other.read_file(&path, &refs[2]).unwrap(), b"op1-1 at 1");
+    assert_eq!(other.read_file(&path, &refs[3]).unwrap(), b"inst-b-1.sst");
+    // The coordinator stored nothing of its own: only the manifest.
+    let names = names(&store);
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.contains(&format!("/{coordinator_token}/"))),
+        "{names:?}"
+    );
+    assert!(names.contains(&"chk-00000000000000000001/_metadata".to_string()));
+    // The next checkpoint reuses the shared files by name; old manifests stay readable.
+    let refs2 = worker_files(url, 2, "op1-0", &["inst-a-1.sst"]);
+    coordinator_finish(&s, 2, CheckpointKind::Checkpoint, &refs2).unwrap();
+    other.load(&path).unwrap();
+    // Without workers' entries the manifest's JSON has no `objects` per file.
+    let single = write(&s, 3, &["x"]);
+    let json = String::from_utf8(
+        store
+            .get(&format!(
+                "{}/_metadata",
+                single.file_name().unwrap().to_str().unwrap()
+            ))
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(json.matches("\"objects\"").count(), 1, "{json}");
+}
+
+#[test]
+fn a_missing_or_wrong_referenced_object_is_refused_at_finish() {
+    let url = "memory://missing-ref/jobs/ck";
+    let (store, s) = remote("missing-ref");
+    let refs = worker_files(url, 1, "op1-0", &["inst-a-1.sst"]);
+    // The worker's state object is lost (or never written: a worker that died mid-write).
+    let token = refs[0].objects.clone().unwrap();
+    let object = format!("chk-00000000000000000001/{token}/op1-0.state");
+    store.delete(&object).unwrap();
+    let e = coordinator_finish(&s, 1, CheckpointKind::Checkpoint, &refs).unwrap_err();
+    match &e {
+        Error::Corrupt {
+            file,
+            problem: FileProblem::Missing,
+            ..
+        } => assert_eq!(file, Path::new(&format!("{url}/{object}"))),
+        other => panic!("expected a missing file, got {other:?}"),
+    }
+    assert!(e.to_string().contains(&object), "{e}");
+    // A reference with the wrong size, too.
+    let refs = worker_files(url, 2, "op1-0", &[]);
+    let wrong = FileEntry {
+        size: refs[0].size + 1,
+        ..refs[0].clone()
+    };
+    let e = coordinator_finish(&s, 2, CheckpointKind::Checkpoint, &[wrong]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Corrupt {
+                problem: FileProblem::Size { .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // An own file that names no writer is refused when adopted.
+    let anonymous = FileEntry {
+        objects: None,
+        ..refs[0].clone()
+    };
+    let e = coordinator_finish(&s, 2, CheckpointKind::Checkpoint, &[anonymous]).unwrap_err();
+    assert!(e.to_string().contains("names no writer"), "{e}");
+    assert!(
+        s.latest_complete().unwrap().checkpoint.is_none(),
+        "nothing was published"
+    );
+    // A task-files writer never finishes a checkpoint, and needs object storage.
+    let w = s.task_files(CheckpointId(3)).unwrap();
+    let e = w
+        .finish(manifest(3, CheckpointKind::Checkpoint, vec![]))
+        .unwrap_err();
+    assert!(e.to_string().contains("does not finish"), "{e}");
+    let (_tmp, local) = super::tests::storage();
+    assert!(matches!(
+        local.task_files(CheckpointId(1)),
+        Err(Error::InvalidConfig(_))
+    ));
+}
+
+#[test]
+fn retention_leaves_shared_objects_alone_while_a_worker_writes_a_newer_checkpoint() {
+    let url = "memory://retain-worker/jobs/ck";
+    let (store, s) = remote("retain-worker");
+    let refs = worker_files(url, 1, "op1-0", &["inst-old.sst"]);
+    coordinator_finish(&s, 1, CheckpointKind::Checkpoint, &refs).unwrap();
+    let refs = worker_files(url, 2, "op1-0", &[]);
+    coordinator_finish(&s, 2, CheckpointKind::Checkpoint, &refs).unwrap();
+    // A worker (another process: nothing in the coordinator's registry) writes checkpoint 3,
+    // a shared file first, before any file of its own.
+    let worker = CheckpointStorage::open(url).unwrap();
+    let w = worker.task_files(CheckpointId(3)).unwrap();
+    let new = w.write_shared("inst-new.sst", b"new table").unwrap();
+    let marker: Vec<String> = names(&store)
+        .into_iter()
+        .filter(|n| n.starts_with("chk-00000000000000000003/"))
+        .collect();
+    assert_eq!(
+        marker.len(),
+        1,
+        "the checkpoint is visible first: {marker:?}"
+    );
+    assert!(marker[0].ends_with("/_in_flight"), "{marker:?}");
+    // Retention after checkpoint 2 (keeping 1) sees checkpoint 3 in flight.
+    let report = s.retain(1).unwrap();
+    assert!(
+        report
+            .shared_skipped
+            .as_deref()
+            .is_some_and(|r| r.contains("chk-00000000000000000003")),
+        "{report:?}"
+    );
+    assert!(names(&store).contains(&"shared/inst-new.sst".to_string()));
+    assert!(names(&store).contains(&"shared/inst-old.sst".to_string()));
+    // The worker goes on: its own file, then the coordinator completes checkpoint 3.
+    let own = w.write_file("op1-0.state", b"state").unwrap();
+    coordinator_finish(&s, 3, CheckpointKind::Checkpoint, &[own, new]).unwrap();
+    // Now retention cleans: the file only checkpoint 1 used goes, the new one stays.
+    let report = s.retain(1).unwrap();
+    assert_eq!(report.deleted_shared, ["inst-old.sst"]);
+    assert_eq!(report.shared_skipped, None);
+    s.load(s.latest_complete().unwrap().checkpoint.unwrap().path)
+        .unwrap();
+    // An aborted checkpoint's worker objects are discarded with it.
+    worker_files(url, 4, "op1-0", &["inst-aborted.sst"]);
+    assert!(s.discard(CheckpointId(4)).unwrap());
+    assert!(
+        !names(&store)
+            .iter()
+            .any(|n| n.starts_with("chk-00000000000000000004/"))
+    );
+    worker_files(url, 5, "op1-0", &[]);
+    let refs = worker_files(url, 6, "op1-0", &[]);
+    coordinator_finish(&s, 6, CheckpointKind::Checkpoint, &refs).unwrap();
+    let report = s.retain(1).unwrap();
+    assert!(
+        report
+            .deleted
+            .iter()
+            .any(|p| p.ends_with("chk-00000000000000000005")),
+        "{report:?}"
+    );
+    assert!(
+        report
+            .deleted_shared
+            .contains(&"inst-aborted.sst".to_string()),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn a_savepoint_from_workers_files_is_self_contained() {
+    let url = "memory://sp-workers/jobs/ck";
+    let (store, s) = remote("sp-workers");
+    let refs = worker_files(url, 7, "op1-0", &["inst-a-1.sst"]);
+    let path = coordinator_finish(&s, 7, CheckpointKind::Savepoint, &refs).unwrap();
+    // The workers' objects for id 7 go once the savepoint is written.
+    assert!(s.discard(CheckpointId(7)).unwrap());
+    store.delete("shared/inst-a-1.sst").unwrap();
+    let m = s.load(&path).unwrap();
+    assert!(m.files().all(|f| !f.shared && f.objects.is_none()), "{m:?}");
+    let files: Vec<FileEntry> = m.files().cloned().collect();
+    assert_eq!(s.read_file(&path, &files[0]).unwrap(), b"op1-0 at 7");
+    assert_eq!(s.read_file(&path, &files[1]).unwrap(), b"inst-a-1.sst");
+    let sp = path.file_name().unwrap().to_str().unwrap().to_string();
+    assert!(
+        names(&store)
+            .iter()
+            .all(|n| n.starts_with(&format!("{sp}/"))),
+        "{:?}",
+        names(&store)
+    );
+}

@@ -35,6 +35,10 @@ struct Inner {
     owner: Option<crate::Ownership>,
     /// Where the objects go, on object storage.
     remote: Option<super::remote::RemoteDir>,
+    /// Writes one task's files of a checkpoint another process completes (see
+    /// [`CheckpointStorage::task_files`](super::CheckpointStorage::task_files)): its own
+    /// files' entries name its token, and it cannot finish.
+    task_files: bool,
     token: u64,
     seq: AtomicU64,
     state: Mutex<State>,
@@ -78,6 +82,30 @@ impl CheckpointWriter {
         Self::build(id, kind, dir, shared_dir, Some(remote), registry, owner)
     }
 
+    /// A writer of one task's files of checkpoint `id` on object storage, for a checkpoint
+    /// whose manifest another process writes.
+    pub(crate) fn new_task_files(
+        id: CheckpointId,
+        dir: PathBuf,
+        remote: super::remote::RemoteDir,
+        registry: Arc<Registry>,
+    ) -> Result<Self> {
+        let shared_dir = layout::shared_dir_of(&dir);
+        let mut w = Self::build(
+            id,
+            CheckpointKind::Checkpoint,
+            dir,
+            shared_dir,
+            Some(remote),
+            registry,
+            None,
+        )?;
+        Arc::get_mut(&mut w.inner)
+            .expect("a new writer has no clones")
+            .task_files = true;
+        Ok(w)
+    }
+
     fn build(
         id: CheckpointId,
         kind: CheckpointKind,
@@ -96,6 +124,7 @@ impl CheckpointWriter {
             registry,
             owner,
             remote,
+            task_files: false,
             token,
             seq: AtomicU64::new(0),
             state: Mutex::new(State::default()),
@@ -136,7 +165,58 @@ impl CheckpointWriter {
             self.state().names.remove(name);
         }
         written?;
-        Ok(entry(name, bytes, false))
+        Ok(self.own_entry(entry(name, bytes, false)))
+    }
+
+    /// An entry of one of this writer's own files: a task-files writer's names its token.
+    fn own_entry(&self, mut e: FileEntry) -> FileEntry {
+        if self.inner.task_files && !e.shared {
+            e.objects = self.inner.remote.as_ref().map(|r| r.token.clone());
+        }
+        e
+    }
+
+    /// The entry of a file another writer stored for this checkpoint (a worker's task
+    /// files, see [`CheckpointStorage::task_files`](super::CheckpointStorage::task_files)),
+    /// as this checkpoint's manifest must list it. A checkpoint refers to the object where
+    /// it is: the entry is returned as it is. A savepoint must be self-contained: the
+    /// object is copied into the savepoint's own objects on the server (the bytes do not
+    /// pass through this process), and the entry names that copy.
+    ///
+    /// [`finish`](Self::finish) checks that every object the manifest lists exists with
+    /// its size, as for files this writer wrote.
+    pub fn adopt(&self, stored: &FileEntry) -> Result<FileEntry> {
+        layout::validate_file_name(&stored.name)?;
+        let Some(r) = &self.inner.remote else {
+            return Err(Error::InvalidConfig(format!(
+                "{}: files stored by another writer are adopted only on object storage",
+                self.inner.dir.display()
+            )));
+        };
+        if !stored.shared && stored.objects.is_none() {
+            return Err(Error::InvalidConfig(format!(
+                "{}: file {} names no writer's objects",
+                self.inner.dir.display(),
+                stored.name
+            )));
+        }
+        if !self.inner.kind.is_savepoint() {
+            self.reserve(&stored.name, stored.shared)?;
+            if stored.shared {
+                self.inner
+                    .registry
+                    .protect_shared(self.inner.token, &stored.name);
+            }
+            return Ok(stored.clone());
+        }
+        self.reserve(&stored.name, stored.shared)?;
+        let id_dir = layout::checkpoint_dir_name(self.inner.id);
+        r.copy_own(&id_dir, stored)?;
+        Ok(FileEntry {
+            shared: false,
+            objects: None,
+            ..stored.clone()
+        })
     }
 
     /// Writes a file that several checkpoints may share (e.g. an immutable SST file of an
@@ -159,7 +239,7 @@ impl CheckpointWriter {
                 }
             }
             self.stored(&new);
-            return Ok(new);
+            return Ok(self.own_entry(new));
         }
         let Some((path, tmp)) = self.place_shared(&new)? else {
             return Ok(new);
@@ -199,7 +279,10 @@ impl CheckpointWriter {
             return Ok(None);
         };
         let found = match &self.inner.remote {
-            Some(r) => r.shared_size(name).map(|s| s.map(|size| (true, size))),
+            Some(r) => r
+                .ensure_visible()
+                .and_then(|()| r.shared_size(name))
+                .map(|s| s.map(|size| (true, size))),
             None => match std::fs::metadata(&path) {
                 Ok(m) => Ok(Some((m.is_file(), m.len()))),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -234,6 +317,7 @@ impl CheckpointWriter {
             size,
             crc32,
             shared: !self.inner.kind.is_savepoint(),
+            objects: None,
         };
         let Some((path, tmp)) = self.place_shared(&new)? else {
             return Ok(new);
@@ -280,6 +364,7 @@ impl CheckpointWriter {
         let shared = !self.inner.kind.is_savepoint();
         self.reserve(name, true)?;
         if shared {
+            r.ensure_visible()?;
             self.inner.registry.protect_shared(self.inner.token, name);
             let size = std::fs::metadata(source)
                 .map_err(|e| Error::io("read", source, e))?
@@ -292,6 +377,7 @@ impl CheckpointWriter {
                     size,
                     crc32,
                     shared,
+                    objects: None,
                 };
                 self.stored(&new);
                 return Ok(new);
@@ -302,12 +388,13 @@ impl CheckpointWriter {
         } else {
             r.upload_own(name, source)?
         };
-        let new = FileEntry {
+        let new = self.own_entry(FileEntry {
             name: name.to_string(),
             size,
             crc32,
             shared,
-        };
+            objects: None,
+        });
         self.stored(&new);
         Ok(new)
     }
@@ -321,6 +408,7 @@ impl CheckpointWriter {
         if !new.shared {
             return Ok(true);
         }
+        r.ensure_visible()?;
         self.inner.registry.protect_shared(self.inner.token, name);
         match r.shared_size(name)? {
             Some(size) if size == new.size => Ok(false),
@@ -392,6 +480,13 @@ impl CheckpointWriter {
         let span =
             tracing::info_span!("checkpoint_finish", checkpoint = %inner.id, kind = %inner.kind);
         let _enter = span.enter();
+        if inner.task_files {
+            return Err(Error::InvalidConfig(format!(
+                "{}: a writer of task files does not finish the checkpoint; the process that \
+                 writes its manifest adopts the files (CheckpointWriter::adopt)",
+                inner.dir.display()
+            )));
+        }
         let mut state = self.state();
         if state.finished {
             return Err(Error::WriterFinished {
@@ -534,6 +629,7 @@ fn entry(name: &str, bytes: &[u8], shared: bool) -> FileEntry {
         size: bytes.len() as u64,
         crc32: crc32fast::hash(bytes),
         shared,
+        objects: None,
     }
 }
 
@@ -640,7 +736,8 @@ mod tests {
                 name: "sst-1".into(),
                 size: 9,
                 crc32: crc32fast::hash(b"immutable"),
-                shared: true
+                shared: true,
+                objects: None,
             }
         );
         let path = s.dir().join("shared/sst-1");
@@ -684,7 +781,8 @@ mod tests {
                 name: "op1-0-000042.sst".into(),
                 size: 13,
                 crc32: crc32fast::hash(b"immutable sst"),
-                shared: true
+                shared: true,
+                objects: None,
             }
         );
         let stored = s.dir().join("shared/op1-0-000042.sst");

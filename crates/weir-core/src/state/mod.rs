@@ -39,6 +39,7 @@ impl Checkpointed for BackendHooks {
             files: s.files,
             deferred: s.deferred.into_iter().collect(),
             watermark: None,
+            stored: None,
         })
     }
     fn state_bytes(&self) -> Option<u64> {

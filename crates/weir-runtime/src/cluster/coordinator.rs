@@ -192,6 +192,7 @@ pub(crate) fn run(
     }
     rt.shutdown_timeout(Duration::from_secs(1));
     let _ = std::fs::remove_dir_all(&staging_root);
+    super::report_object_storage(&shared.job, "coordinator");
     result
 }
 
@@ -600,9 +601,10 @@ fn on_message(shared: &Shared, id: u32, tx: &UnboundedSender<Vec<u8>>, msg: Wire
             let event = match event {
                 WireEvent::Ack {
                     id: ck,
-                    snapshot,
+                    mut snapshot,
                     files,
                     failed,
+                    stored,
                     alignment_us,
                     sync_us,
                 } => {
@@ -611,22 +613,34 @@ fn on_message(shared: &Shared, id: u32, tx: &UnboundedSender<Vec<u8>>, msg: Wire
                         shared.stale_messages.inc();
                         return;
                     }
-                    let snapshot = stage(
-                        shared,
-                        tx,
-                        id,
-                        attempt,
-                        (head, subtask),
-                        ck,
-                        snapshot,
-                        files,
-                        failed,
-                    );
+                    let snapshot = if stored.is_empty() || failed.is_some() {
+                        stage(
+                            shared,
+                            tx,
+                            id,
+                            attempt,
+                            (head, subtask),
+                            ck,
+                            snapshot,
+                            files,
+                            failed,
+                        )
+                    } else {
+                        // The worker stored the files itself (checkpoints on object
+                        // storage): nothing to stage, the manifest refers to them.
+                        for (op, s) in stored {
+                            if let Some(snap) = snapshot.get_mut(&op) {
+                                snap.stored = Some(s);
+                            }
+                        }
+                        snapshot
+                    };
                     WireEvent::Ack {
                         id: ck,
                         snapshot,
                         files: Vec::new(),
                         failed: None,
+                        stored: Vec::new(),
                         alignment_us,
                         sync_us,
                     }
@@ -718,7 +732,7 @@ fn stage(
     failed: Option<String>,
 ) -> BTreeMap<String, weir_core::checkpoint::OperatorSnapshot> {
     let outcome = match failed {
-        Some(reason) => Err(format!("the worker could not read them: {reason}")),
+        Some(reason) => Err(format!("the worker could not produce them: {reason}")),
         None => tokio::task::block_in_place(|| {
             shared
                 .staging

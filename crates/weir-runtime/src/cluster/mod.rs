@@ -6,7 +6,11 @@
 //! another binary or other arguments is refused). The coordinator runs the checkpoint
 //! coordinator and the restart loop exactly as a single process does; only the tasks run
 //! elsewhere: it places them on the workers' slots, relays checkpoint commands and
-//! acknowledgements, and writes checkpoints to the storage every process sees.
+//! acknowledgements, and writes checkpoints to the storage every process sees. With a
+//! checkpoint directory the workers' files travel with their acknowledgements and the
+//! coordinator stages and stores them (`staging`); with checkpoints on object storage each
+//! worker stores its tasks' files itself and acknowledges with references, and the
+//! coordinator writes only the manifest.
 //!
 //! Workers exchange record batches over TCP with credit-based flow control per channel
 //! (`data`); barriers, watermarks and end-of-input travel in-band. A worker that stops
@@ -176,6 +180,27 @@ pub(crate) fn mono_us() -> u64 {
         .get_or_init(std::time::Instant::now)
         .elapsed()
         .as_micros() as u64
+}
+
+/// Logs what this process wrote to object storage, when the job's checkpoints are there:
+/// with checkpoints on object storage the workers store the state and the coordinator
+/// only manifests, which this line lets an operator (and the tests) see.
+pub(crate) fn report_object_storage(job: &crate::task::JobShared, who: &str) {
+    let remote = job
+        .cfg
+        .checkpoint
+        .as_ref()
+        .is_some_and(|c| c.dir.to_str().is_some_and(weir_objstore::is_url));
+    if remote {
+        let s = weir_objstore::stats();
+        tracing::info!(
+            bytes_written = s.bytes_written,
+            bytes_read = s.bytes_read,
+            "{who}: object storage: {} bytes written, {} bytes read by this process",
+            s.bytes_written,
+            s.bytes_read
+        );
+    }
 }
 
 /// Starts a job in cluster mode; see [`crate::start`].

@@ -16,6 +16,11 @@
 //! here) fails that acknowledgement only: what it wrote is removed, the task's basis stays
 //! as it was, so the worker sends the files again with its next acknowledgement.
 //!
+//! Used only when the checkpoint storage is a directory (local or a shared mount). With
+//! checkpoints on object storage the workers store their tasks' files themselves and
+//! acknowledge with references (`checkpoints::store_task_snapshots`); such an
+//! acknowledgement stages nothing, and the coordinator writes only the manifest.
+//!
 //! Owns the files under its directory and nothing else; it does not talk to workers or
 //! to the checkpoint coordinator.
 

@@ -18,8 +18,10 @@ use weir_core::checkpoint::OperatorSnapshot;
 
 /// Version of the protocol; a worker of another version is refused. 4: channel messages
 /// may carry latency markers (a tag an older worker would reject as malformed), and a
-/// worker's figures carry its Kafka sources' partitions.
-pub(crate) const PROTOCOL: u32 = 4;
+/// worker's figures carry its Kafka sources' partitions. 5: an acknowledgement may carry
+/// references to the files its worker stored itself (checkpoints on object storage)
+/// instead of their contents.
+pub(crate) const PROTOCOL: u32 = 5;
 
 /// Largest frame accepted (a checkpoint acknowledgement carries the state files).
 pub(crate) const MAX_FRAME: usize = 1 << 30;
@@ -154,6 +156,10 @@ pub(crate) enum WireEvent {
         files: Vec<(String, Vec<u8>)>,
         /// The worker could not produce the files (why); the checkpoint must fail.
         failed: Option<String>,
+        /// Checkpoints on object storage: what the worker stored itself, by operator id
+        /// (the snapshot then holds only its description and watermark, and `files` is
+        /// empty); the coordinator lists these in the manifest.
+        stored: Vec<(String, weir_core::checkpoint::StoredSnapshot)>,
         alignment_us: u64,
         sync_us: u64,
     },

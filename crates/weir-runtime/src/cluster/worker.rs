@@ -522,6 +522,7 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
                     });
                 }
                 tracing::info!(job = name, worker = me, "worker {me}: the job is finished");
+                super::report_object_storage(&job, &format!("worker {me}"));
                 let mut tasks: Vec<TaskStats> = stats
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -705,6 +706,16 @@ fn start_attempt(
             commands.insert(key, s.clone());
         }
     }
+    // With checkpoints on object storage this worker stores its tasks' files itself and
+    // acknowledges with references; otherwise it sends them to the coordinator.
+    let task_storage = match task_storage(job) {
+        Ok(s) => s,
+        Err(e) => {
+            cancel.store(true, Ordering::SeqCst);
+            fail(&e);
+            None
+        }
+    };
     // Relays the tasks' reports to the coordinator.
     let events = launched.events;
     let out = out.clone();
@@ -724,7 +735,16 @@ fn start_attempt(
                         sync,
                     } => {
                         let ((h, s), _, _) = &keys[task];
-                        let (files, failed) = ack_files(&mut snapshot, &sent_files, (*h, *s), id.0);
+                        let (files, failed, stored) = match &task_storage {
+                            Some((storage, names)) => {
+                                store_acknowledged(storage, names, id, *s, &mut snapshot)
+                            }
+                            None => {
+                                let (files, failed) =
+                                    ack_files(&mut snapshot, &sent_files, (*h, *s), id.0);
+                                (files, failed, Vec::new())
+                            }
+                        };
                         send_event(
                             &out,
                             attempt,
@@ -735,6 +755,7 @@ fn start_attempt(
                                 snapshot,
                                 files,
                                 failed,
+                                stored,
                                 alignment_us: alignment.as_micros() as u64,
                                 sync_us: sync.as_micros() as u64,
                             },
@@ -783,6 +804,68 @@ fn start_attempt(
     }
 }
 
+/// The checkpoint storage this worker stores its tasks' files in, when the job's
+/// checkpoints are on object storage (with the operators' names for the file names); `None`
+/// in a directory, whose files go to the coordinator's staging area.
+fn task_storage(
+    job: &JobShared,
+) -> Result<
+    Option<(
+        weir_checkpoint::CheckpointStorage,
+        crate::checkpoints::OperatorNames,
+    )>,
+> {
+    let Some(cfg) = &job.cfg.checkpoint else {
+        return Ok(None);
+    };
+    if !cfg.dir.to_str().is_some_and(weir_objstore::is_url) {
+        return Ok(None);
+    }
+    let storage = weir_checkpoint::CheckpointStorage::open(&cfg.dir).map_err(|e| {
+        Error::Config(format!(
+            "this worker cannot open checkpoint storage {}: {e}; every process needs the \
+             same object storage settings (AWS_* environment variables)",
+            cfg.dir.display()
+        ))
+    })?;
+    let names = crate::checkpoints::OperatorNames::new(&job.graph, &job.plan);
+    Ok(Some((storage, names)))
+}
+
+type AckFiles = (
+    Vec<(String, Vec<u8>)>,
+    Option<String>,
+    Vec<(String, weir_core::checkpoint::StoredSnapshot)>,
+);
+
+/// Stores a task's snapshots of checkpoint `id` in object storage: the acknowledgement's
+/// references, or why it failed (the coordinator then fails the checkpoint).
+fn store_acknowledged(
+    storage: &weir_checkpoint::CheckpointStorage,
+    names: &crate::checkpoints::OperatorNames,
+    id: weir_core::ids::CheckpointId,
+    subtask: usize,
+    snapshot: &mut std::collections::BTreeMap<String, weir_core::checkpoint::OperatorSnapshot>,
+) -> AckFiles {
+    match crate::checkpoints::store_task_snapshots(storage, names, id, subtask, snapshot) {
+        Ok(()) => {
+            let stored = snapshot
+                .iter_mut()
+                .filter_map(|(op, snap)| snap.stored.take().map(|s| (op.clone(), s)))
+                .collect();
+            (Vec::new(), None, stored)
+        }
+        Err(e) => {
+            tracing::warn!(checkpoint = id.0, error = %e, "storing checkpoint files failed");
+            for snap in snapshot.values_mut() {
+                *snap = weir_core::checkpoint::OperatorSnapshot::default();
+            }
+            let reason = format!("storing them in {} failed: {e}", storage.dir().display());
+            (Vec::new(), Some(reason), Vec::new())
+        }
+    }
+}
+
 fn send_event(
     out: &tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
     attempt: u64,
@@ -812,9 +895,17 @@ fn restore(
     })?;
     let storage = weir_checkpoint::CheckpointStorage::open(&cfg.dir)
         .map_err(|e| Error::Config(e.to_string()))?;
-    let manifest = storage
-        .load(path)
-        .map_err(|e| Error::Config(format!("this worker cannot read checkpoint {}: {e}; is the checkpoint directory shared by every process?", path.display())))?;
+    let manifest = storage.load(path).map_err(|e| {
+        let hint = if storage.is_remote() {
+            "does every process have the same object storage settings (AWS_* environment)?"
+        } else {
+            "is the checkpoint directory shared by every process?"
+        };
+        Error::Config(format!(
+            "this worker cannot read checkpoint {}: {e}; {hint}",
+            path.display()
+        ))
+    })?;
     crate::checkpoints::restore_map(
         &storage,
         &manifest,
