@@ -2,8 +2,9 @@
 //! with `--checkpoint-dir s3://…` on a real S3-compatible server. The workers store their
 //! tasks' checkpoint files themselves and the coordinator writes only the manifests; a
 //! worker SIGKILLed mid-run is replaced, and a server killed and restarted under the job
-//! fails checkpoints until it is back. Each time the committed output (a local directory
-//! for now) holds every key's prefix sums exactly once.
+//! fails checkpoints until it is back. Each time the committed output (exactly-once objects
+//! on the same server, except for the savepoint test's local directory) holds every key's
+//! prefix sums exactly once.
 
 use super::cluster::{Cluster, expect_success, read, wait_log, weir_cluster_output};
 use super::object_storage::{complete_on_server, prefix_of};
@@ -92,12 +93,36 @@ fn state_stored_by_workers(server: &s3::Server, prefix: &str) -> u64 {
     largest
 }
 
+/// Checks the committed objects of the scenario's output on S3, read from the server's own
+/// files (not through weir): every running sum exactly once, and no upload marker left.
+fn check_output_on(server: &s3::Server, s: &Scenario) {
+    let prefix = prefix_of(&s.output);
+    let mut parts = Vec::new();
+    for f in server.files(s3::BUCKET, &prefix) {
+        let rel = f
+            .strip_prefix(server.dir.join("data").join(s3::BUCKET).join(&prefix))
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            !rel.starts_with("_uploads"),
+            "an upload marker is left: {rel}"
+        );
+        if rel.starts_with("part-") {
+            parts.push((rel, std::fs::read_to_string(&f).unwrap()));
+        }
+    }
+    assert!(!parts.is_empty(), "no committed object below {prefix}");
+    s.check_parts(parts);
+}
+
 #[test]
 fn workers_store_checkpoints_on_s3_and_a_killed_worker_is_replaced_with_exact_output() {
     let server = s3::shared();
     // Many keys: a checkpoint's state is much larger than its manifest.
     let mut s = Scenario::new(40_000, 2_000, 61);
     s.checkpoints = PathBuf::from(s3::url("cluster-workers"));
+    s.output = PathBuf::from(s3::url("cluster-workers-out"));
     let prefix = prefix_of(&s.checkpoints);
     let mut cl = Cluster::new(&s);
     cl.env = server.env();
@@ -131,7 +156,7 @@ fn workers_store_checkpoints_on_s3_and_a_killed_worker_is_replaced_with_exact_ou
     );
     assert!(log.contains("resuming from checkpoint"), "{log}");
     assert!(log.contains("worker 3 joined"), "{log}");
-    s.check();
+    check_output_on(server, &s);
 
     // The workers stored the state; the coordinator wrote manifests (and its owner
     // records), nothing the size of state.
@@ -160,6 +185,7 @@ fn a_cluster_survives_its_s3_server_restarting_checkpoints_fail_then_succeed_exa
     let server = s3::Server::dedicated(&tmp.path().join("s3"));
     let mut s = Scenario::new(40_000, 200, 62);
     s.checkpoints = PathBuf::from(format!("s3://{}/cluster-restart/ck", s3::BUCKET));
+    s.output = PathBuf::from(format!("s3://{}/cluster-restart/out", s3::BUCKET));
     let mut cl = Cluster::new(&s);
     cl.env = server.env();
     // Requests give up after 2 s instead of 30: checkpoints fail while the server is away.
@@ -200,7 +226,7 @@ fn a_cluster_survives_its_s3_server_restarting_checkpoints_fail_then_succeed_exa
     }
     let log = read(&coord_log);
     assert!(log.contains("aborted"), "{log}");
-    s.check();
+    check_output_on(&server, &s);
     state_stored_by_workers(&server, "cluster-restart/ck");
 }
 
