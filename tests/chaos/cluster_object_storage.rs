@@ -1,5 +1,6 @@
 //! Cluster mode without a shared file system: `file_sum` as a coordinator and two workers
-//! with `--checkpoint-dir s3://…` on a real S3-compatible server. The workers store their
+//! with `--checkpoint-dir s3://…` (and `--input`, `--output` there too) on a real
+//! S3-compatible server. The workers store their
 //! tasks' checkpoint files themselves and the coordinator writes only the manifests; a
 //! worker SIGKILLed mid-run is replaced, and a server killed and restarted under the job
 //! fails checkpoints until it is back. Each time the committed output (exactly-once objects
@@ -123,6 +124,13 @@ fn workers_store_checkpoints_on_s3_and_a_killed_worker_is_replaced_with_exact_ou
     let mut s = Scenario::new(40_000, 2_000, 61);
     s.checkpoints = PathBuf::from(s3::url("cluster-workers"));
     s.output = PathBuf::from(s3::url("cluster-workers-out"));
+    // The input too: nothing is shared between the processes but the S3 server.
+    let input = s3::url("cluster-workers-in");
+    weir_objstore::Store::open(&input)
+        .unwrap()
+        .put_file("input.csv", &s.input)
+        .unwrap();
+    s.input = PathBuf::from(format!("{input}/input.csv"));
     let prefix = prefix_of(&s.checkpoints);
     let mut cl = Cluster::new(&s);
     cl.env = server.env();

@@ -160,10 +160,32 @@ fn wrong_object_storage_settings_fail_with_what_to_fix_and_no_secret() {
     let err = run(&s3::url("unreachable"), &away);
     assert!(err.contains("the endpoint cannot be reached"), "{err}");
 
+    // Input that is not there.
+    let out = tmp.path().join("out-missing-input");
+    let ck = tmp.path().join("ck-missing-input");
+    let no_input = file_sum(
+        &[
+            "--input",
+            "s3://weir-tests/no/such/input.csv",
+            "--output",
+            out.to_str().unwrap(),
+            "--checkpoint-dir",
+            ck.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert!(!no_input.status.success());
+    let no_input = String::from_utf8_lossy(&no_input.stderr).to_string();
+    assert!(
+        no_input
+            .contains("input s3://weir-tests/no/such/input.csv does not exist (no such object)"),
+        "{no_input}"
+    );
+
     let no_bucket = run("s3:///no-bucket", &env);
     assert!(no_bucket.contains("no bucket"), "{no_bucket}");
     // The real secret is in the environment of every run above; no message shows it.
-    for e in [&missing, &refused, &err, &no_bucket] {
+    for e in [&missing, &refused, &err, &no_input, &no_bucket] {
         assert!(!e.contains(&secret), "{e}");
     }
 }

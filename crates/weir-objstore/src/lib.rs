@@ -580,6 +580,50 @@ impl Store {
         Ok(Some((size, crc.finalize())))
     }
 
+    /// A reader of object `name`, streamed (a few chunks in memory at a time); `None` when
+    /// the object does not exist. For input read once from start to end, such as a text
+    /// file source.
+    ///
+    /// ```
+    /// use std::io::BufRead;
+    /// let store = weir_objstore::Store::open("memory://reader-doc/in")?;
+    /// store.put("lines.txt", b"a,1\nb,2\n".to_vec())?;
+    /// let reader = std::io::BufReader::new(store.reader("lines.txt")?.expect("it exists"));
+    /// let lines: Vec<String> = reader.lines().collect::<Result<_, _>>().unwrap();
+    /// assert_eq!(lines, ["a,1", "b,2"]);
+    /// assert!(store.reader("missing")?.is_none());
+    /// # Ok::<(), weir_objstore::Error>(())
+    /// ```
+    pub fn reader(&self, name: &str) -> Result<Option<ObjectReader>> {
+        let store = self.inner.store.clone();
+        let key = self.key(name);
+        let got = runtime::block_on(async move {
+            match store.get(&key).await {
+                Ok(r) => Ok(Some(r)),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+        .map_err(|e| self.failed("read", name, e))?;
+        let Some(got) = got else { return Ok(None) };
+        let (tx, rx) = tokio::sync::mpsc::channel::<object_store::Result<Bytes>>(4);
+        // Ends when the body ends, fails, or the reader is dropped (the send fails).
+        drop(runtime::spawn(async move {
+            let mut body = got.into_stream();
+            while let Some(chunk) = body.next().await {
+                let failed = chunk.is_err();
+                if tx.send(chunk).await.is_err() || failed {
+                    break;
+                }
+            }
+        }));
+        Ok(Some(ObjectReader {
+            chunks: rx,
+            current: Bytes::new(),
+            url: self.url_of(name),
+        }))
+    }
+
     /// Size and time of object `name`; `None` when it does not exist.
     pub fn head(&self, name: &str) -> Result<Option<Object>> {
         let store = self.inner.store.clone();
@@ -757,6 +801,44 @@ impl Store {
 fn unknown_upload(e: &object_store::Error) -> bool {
     matches!(e, object_store::Error::Generic { store: "InMemory", source }
         if source.to_string().starts_with("MultipartUpload not found"))
+}
+
+/// A blocking reader of one object ([`Store::reader`]).
+pub struct ObjectReader {
+    chunks: tokio::sync::mpsc::Receiver<object_store::Result<Bytes>>,
+    current: Bytes,
+    url: String,
+}
+
+impl std::fmt::Debug for ObjectReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectReader")
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+impl Read for ObjectReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.chunks.blocking_recv() {
+                Some(Ok(chunk)) => {
+                    stats::read(chunk.len() as u64, Duration::ZERO);
+                    self.current = chunk;
+                }
+                Some(Err(e)) => {
+                    return Err(std::io::Error::other(format!(
+                        "cannot read {}: {e}",
+                        self.url
+                    )));
+                }
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current.split_to(n));
+        Ok(n)
+    }
 }
 
 /// Reads until `buf` is full or the file ends; returns how much was read.

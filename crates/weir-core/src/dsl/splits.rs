@@ -125,7 +125,7 @@ impl SplitPositions {
 /// Reads a UTF-8 text file line by line, split by line number.
 pub(crate) struct TextFileSource {
     path: PathBuf,
-    reader: Option<std::io::BufReader<std::fs::File>>,
+    reader: Option<std::io::BufReader<Box<dyn std::io::Read + Send>>>,
     line_no: u64,
     splits: SplitPositions,
     rate: Option<RateLimit>,
@@ -174,8 +174,29 @@ impl SourceFunction<String> for TextFileSource {
     }
 
     fn open(&mut self, _ctx: &SourceContext) -> Result<()> {
-        let f = std::fs::File::open(&self.path).map_err(|e| Error::io(self.path.display(), e))?;
-        self.reader = Some(std::io::BufReader::new(f));
+        let input: Box<dyn std::io::Read + Send> = match self.path.to_str() {
+            // An object on object storage, streamed from its start.
+            Some(url) if weir_objstore::is_url(url) => {
+                let (parent, name) = url.rsplit_once('/').unwrap_or((url, ""));
+                let store =
+                    weir_objstore::Store::open(parent).map_err(|e| Error::Config(e.to_string()))?;
+                match store
+                    .reader(name)
+                    .map_err(|e| Error::Config(e.to_string()))?
+                {
+                    Some(r) => Box::new(r),
+                    None => {
+                        return Err(Error::Config(format!(
+                            "input {url} does not exist (no such object)"
+                        )));
+                    }
+                }
+            }
+            _ => Box::new(
+                std::fs::File::open(&self.path).map_err(|e| Error::io(self.path.display(), e))?,
+            ),
+        };
+        self.reader = Some(std::io::BufReader::new(input));
         Ok(())
     }
 
