@@ -105,6 +105,50 @@ impl Scenario {
         c
     }
 
+    /// Starts `file_sum` (at 10,000 lines/s, checkpoints every 50 ms, with `env` added to
+    /// its environment) `runs` times and SIGKILLs each run a random `from..from + spread`
+    /// milliseconds into it, unless it ended by then (it must have succeeded). Returns the
+    /// moments the kills landed.
+    pub fn kill_at_random_moments(
+        &self,
+        parallelism: usize,
+        runs: usize,
+        (from, spread): (u64, u64),
+        rng: &mut Rng,
+        env: &[(String, String)],
+    ) -> Vec<std::time::SystemTime> {
+        use std::os::unix::process::ExitStatusExt;
+        let mut kills = Vec::new();
+        for _ in 0..runs {
+            let mut child = self
+                .command(parallelism, Some(10_000), 50)
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .spawn()
+                .expect("start file_sum");
+            std::thread::sleep(std::time::Duration::from_millis(from + rng.below(spread)));
+            match child.try_wait().expect("poll file_sum") {
+                Some(status) => {
+                    let err = stderr_of(&mut child);
+                    assert!(
+                        status.success(),
+                        "file_sum failed on its own: {status}\n{err}"
+                    );
+                }
+                None => {
+                    child.kill().expect("SIGKILL file_sum");
+                    kills.push(std::time::SystemTime::now());
+                    let status = child.wait().expect("reap file_sum");
+                    assert_eq!(
+                        status.signal(),
+                        Some(9),
+                        "file_sum was not killed by SIGKILL"
+                    );
+                }
+            }
+        }
+        kills
+    }
+
     /// Runs `file_sum` to completion (no faults) and asserts it exits 0.
     pub fn run_to_end(&self, parallelism: usize) {
         let out = self

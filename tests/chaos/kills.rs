@@ -15,33 +15,9 @@ fn random_kills(parallelism: usize, seed: u64, extra_args: &[&str]) {
     s.extra_args = extra_args.iter().map(|a| a.to_string()).collect();
     let mut rng = Rng::new(seed ^ 0xC0FFEE);
     let kills = 20 * soak_factor();
-    let mut landed = 0;
-    for _ in 0..kills {
-        let mut child = s
-            .command(parallelism, Some(10_000), 50)
-            .spawn()
-            .expect("start file_sum");
-        std::thread::sleep(Duration::from_millis(30 + rng.below(300)));
-        match child.try_wait().expect("poll file_sum") {
-            Some(status) => {
-                let err = stderr_of(&mut child);
-                assert!(
-                    status.success(),
-                    "file_sum failed on its own: {status}\n{err}"
-                );
-            }
-            None => {
-                child.kill().expect("SIGKILL file_sum");
-                let status = child.wait().expect("reap file_sum");
-                assert_eq!(
-                    status.signal(),
-                    Some(9),
-                    "file_sum was not killed by SIGKILL"
-                );
-                landed += 1;
-            }
-        }
-    }
+    let landed = s
+        .kill_at_random_moments(parallelism, kills, (30, 300), &mut rng, &[])
+        .len();
     assert!(
         landed >= 20.min(kills),
         "only {landed} of {kills} kills landed while the job was running"

@@ -1,10 +1,9 @@
 //! SIGKILL at random moments with the exactly-once output on S3 (S3Proxy, see tests/s3.rs)
 //! and checkpoints in a local directory.
 
-use crate::harness::{Rng, Scenario, stderr_of};
-use std::os::unix::process::ExitStatusExt;
+use crate::harness::{Rng, Scenario};
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use weir_tests::s3;
 
 /// Kills `file_sum --output s3://…` at 20 random moments (30–330 ms into each run), then
@@ -25,30 +24,7 @@ fn sigkill_at_random_moments_with_output_on_s3() {
     let mut s = Scenario::new(40_000, 40, 21);
     s.output = PathBuf::from(format!("s3://{bucket}/out"));
     let mut rng = Rng::new(0x53);
-    let mut kills = Vec::new();
-    for _ in 0..20 {
-        let mut child = s
-            .command(2, Some(10_000), 50)
-            .envs(env.iter().cloned())
-            .spawn()
-            .expect("start file_sum");
-        std::thread::sleep(Duration::from_millis(30 + rng.below(300)));
-        match child.try_wait().expect("poll file_sum") {
-            Some(status) => {
-                let err = stderr_of(&mut child);
-                assert!(
-                    status.success(),
-                    "file_sum failed on its own: {status}\n{err}"
-                );
-            }
-            None => {
-                child.kill().expect("SIGKILL file_sum");
-                kills.push(SystemTime::now());
-                let status = child.wait().expect("reap file_sum");
-                assert_eq!(status.signal(), Some(9), "not killed by SIGKILL");
-            }
-        }
-    }
+    let kills = s.kill_at_random_moments(2, 20, (30, 300), &mut rng, &env);
     assert!(kills.len() >= 16, "only {} kills landed", kills.len());
     let out = s
         .command(2, None, 100)

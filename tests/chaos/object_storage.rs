@@ -2,9 +2,8 @@
 //! `file_sum --checkpoint-dir s3://…` killed with SIGKILL at random moments, and the server
 //! itself killed and restarted under a running job.
 
-use crate::harness::{Rng, Scenario, stderr_of, wait_for};
+use crate::harness::{Rng, Scenario, wait_for};
 use std::io::BufRead;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::{Arc, Mutex};
@@ -47,29 +46,9 @@ fn sigkill_at_random_moments_with_checkpoints_on_s3() {
     let prefix = prefix_of(&s.checkpoints);
     let env = server.env();
     let mut rng = Rng::new(77);
-    let mut landed = 0;
-    for _ in 0..12 {
-        let mut child = s
-            .command(2, Some(10_000), 50)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .spawn()
-            .expect("start file_sum");
-        std::thread::sleep(Duration::from_millis(100 + rng.below(400)));
-        match child.try_wait().expect("poll file_sum") {
-            Some(status) => {
-                let err = stderr_of(&mut child);
-                assert!(
-                    status.success(),
-                    "file_sum failed on its own: {status}\n{err}"
-                );
-            }
-            None => {
-                child.kill().expect("SIGKILL file_sum");
-                assert_eq!(child.wait().expect("reap").signal(), Some(9));
-                landed += 1;
-            }
-        }
-    }
+    let landed = s
+        .kill_at_random_moments(2, 12, (100, 400), &mut rng, &env)
+        .len();
     assert!(
         landed >= 10,
         "only {landed} of 12 kills landed while the job ran"
