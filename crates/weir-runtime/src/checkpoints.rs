@@ -68,43 +68,51 @@ pub(crate) fn write_checkpoint(
     let mut written = 0u64;
     // Files workers stored themselves (checkpoints on object storage, in a cluster).
     let mut adopted = false;
+    let mut pieces: Vec<(usize, String, OperatorSnapshot)> = Vec::new();
     for (task, snapshots) in acks {
-        let subtask = task.subtask.0;
-        for (op_id, mut snap) in snapshots {
-            let (node, entries) = match snap.stored.take() {
-                Some(stored) => {
-                    adopted = true;
-                    let node = names.node(&op_id)?;
-                    let entries = stored
-                        .files
-                        .iter()
-                        .map(|f| writer.adopt(&stored_entry(f)))
-                        .collect::<std::result::Result<Vec<_>, _>>()
-                        .map_err(storage_err)?;
-                    written += stored.written;
-                    (node, entries)
-                }
-                None => {
-                    let (node, entries, bytes) =
-                        store_snapshot(&writer, names, subtask, &op_id, &mut snap)?;
-                    written += bytes;
-                    (node, entries)
-                }
-            };
-            let (_, op_name, parallelism) = &names.0[&op_id];
-            let op = operators.entry(node).or_insert_with(|| OperatorManifest {
-                uid: op_id.clone(),
-                name: op_name.clone(),
-                parallelism: *parallelism,
-                subtasks: Vec::new(),
-            });
-            op.subtasks.push(SubtaskManifest {
-                subtask,
-                files: entries,
-                operator_state: snap.description.map(serde_json::Value::String),
-                watermark: snap.watermark,
-            });
+        for (op_id, snap) in snapshots {
+            pieces.push((task.subtask.0, op_id, snap));
         }
+    }
+    // Each snapshot's files are stored independently of the others': several at once, since
+    // on object storage every file is a request that mostly waits for the network.
+    let stored = parallel_map(
+        &mut pieces,
+        STORE_THREADS,
+        |(subtask, op_id, snap)| match snap.stored.take() {
+            Some(stored) => {
+                let node = names.node(op_id)?;
+                let entries = stored
+                    .files
+                    .iter()
+                    .map(|f| writer.adopt(&stored_entry(f)))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(storage_err)?;
+                Ok((node, entries, stored.written, true))
+            }
+            None => {
+                let (node, entries, bytes) = store_snapshot(&writer, names, *subtask, op_id, snap)?;
+                Ok((node, entries, bytes, false))
+            }
+        },
+    );
+    for ((subtask, op_id, snap), result) in pieces.into_iter().zip(stored) {
+        let (node, entries, bytes, by_worker) = result?;
+        written += bytes;
+        adopted |= by_worker;
+        let (_, op_name, parallelism) = &names.0[&op_id];
+        let op = operators.entry(node).or_insert_with(|| OperatorManifest {
+            uid: op_id.clone(),
+            name: op_name.clone(),
+            parallelism: *parallelism,
+            subtasks: Vec::new(),
+        });
+        op.subtasks.push(SubtaskManifest {
+            subtask,
+            files: entries,
+            operator_state: snap.description.map(serde_json::Value::String),
+            watermark: snap.watermark,
+        });
     }
     let full: u64 = operators
         .values()
@@ -146,6 +154,40 @@ pub(crate) fn write_checkpoint(
 /// Stores one operator's snapshot of one subtask through `writer`: its state file, then the
 /// state backend's files (each immutable one stored once). Returns the operator's node, the
 /// entries, and the bytes written.
+/// Snapshots stored at once by [`write_checkpoint`].
+const STORE_THREADS: usize = 8;
+
+/// `f` over every item, on up to `threads` threads; the results in the items' order.
+fn parallel_map<T: Send, R: Send>(
+    items: &mut [T],
+    threads: usize,
+    f: impl Fn(&mut T) -> Result<R> + Sync,
+) -> Vec<Result<R>> {
+    if items.len() <= 1 || threads <= 1 {
+        return items.iter_mut().map(f).collect();
+    }
+    let queue = std::sync::Mutex::new(items.iter_mut().enumerate());
+    let results = std::sync::Mutex::new(Vec::with_capacity(queue.lock().unwrap().len()));
+    std::thread::scope(|scope| {
+        for _ in 0..threads.min(queue.lock().unwrap().len()) {
+            scope.spawn(|| {
+                loop {
+                    let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
+                    let Some((i, item)) = next else { break };
+                    let r = f(item);
+                    results
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((i, r));
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, r)| r).collect()
+}
+
 fn store_snapshot(
     writer: &weir_checkpoint::CheckpointWriter,
     names: &OperatorNames,
@@ -563,6 +605,30 @@ mod tests {
     }
 
     /// A `.state` file keeps the layout it had before snapshots carried a watermark.
+    #[test]
+    fn parallel_map_keeps_the_items_order_and_each_result() {
+        let mut items: Vec<u64> = (0..50).collect();
+        let out = parallel_map(&mut items, 8, |x| {
+            *x += 1;
+            if *x % 7 == 0 {
+                Err(Error::Config(format!("{x} is a multiple of 7")))
+            } else {
+                Ok(*x * 10)
+            }
+        });
+        assert_eq!(items, (1..=50).collect::<Vec<u64>>());
+        for (i, r) in out.into_iter().enumerate() {
+            let x = i as u64 + 1;
+            match r {
+                Ok(v) => assert_eq!(v, x * 10),
+                Err(e) => assert_eq!(
+                    e.to_string(),
+                    format!("invalid configuration: {x} is a multiple of 7")
+                ),
+            }
+        }
+    }
+
     #[test]
     fn state_files_keep_their_layout() {
         #[derive(serde::Serialize)]

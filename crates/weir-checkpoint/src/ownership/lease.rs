@@ -277,6 +277,15 @@ impl Lease {
         Next::Held
     }
 
+    /// Before a durable act when the current record cannot be read (storage unreachable for
+    /// now): true while this run holds the lease and less than half a lease has passed since
+    /// it last wrote its record. Nobody takes a directory over before watching its record
+    /// unchanged for a whole lease, so until then no other run can own it; after that the
+    /// caller must fail (it cannot tell).
+    pub(crate) fn held_without_reading(&self, now: Instant) -> bool {
+        matches!(self.state, State::Held { renewed, .. } if now < renewed + self.lease / 2)
+    }
+
     /// Gives the lease up: a release record when it is held.
     pub(crate) fn release(&mut self, now: Instant) -> Next {
         match self.state {

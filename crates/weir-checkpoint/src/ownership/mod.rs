@@ -270,7 +270,16 @@ impl Ownership {
         }
         for owned in &shared.dirs {
             let mut lease = lock(&owned.lease);
-            let seen = record::read_current(&owned.claim.dir)?;
+            let seen = match record::read_current(&owned.claim.dir) {
+                Ok(seen) => seen,
+                // A store that does not answer for a moment (object storage being restarted)
+                // does not stop a run whose lease is fresh.
+                Err(e) if lease.held_without_reading(Instant::now()) => {
+                    tracing::warn!(dir = %owned.claim.dir.display(), error = %e, "cannot read the owner record; the lease was renewed recently, so the run still owns the directory");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let mut next = lease.verify(Instant::now(), &seen);
             if let Next::Write { seq, released } = next {
                 let outcome = shared.write(&owned.claim.dir, seq, released);

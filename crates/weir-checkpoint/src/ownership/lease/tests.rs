@@ -508,3 +508,25 @@ fn the_model_takes_over_from_a_frozen_owner_only() {
         m.procs[0].next
     );
 }
+
+#[test]
+fn an_unreadable_record_is_trusted_only_for_half_a_lease_after_the_last_write() {
+    let t = Instant::now();
+    let l = Lease::new("me", LEASE);
+    assert!(!l.held_without_reading(t), "not held yet");
+    let mut l = holding(t, 2);
+    assert!(l.held_without_reading(t + ms(149)));
+    assert!(!l.held_without_reading(t + ms(150)));
+    // A renewal counts from its write.
+    assert!(matches!(l.renew(t + ms(140)), Next::Write { seq: 3, .. }));
+    assert_eq!(
+        l.wrote(t + ms(140), Outcome::Created { current: 3 }),
+        Next::Held
+    );
+    assert!(l.held_without_reading(t + ms(289)));
+    assert!(!l.held_without_reading(t + ms(290)));
+    // Lost is lost.
+    assert!(matches!(l.renew(t + ms(200)), Next::Write { seq: 4, .. }));
+    assert_eq!(l.wrote(t + ms(200), Outcome::Exists), Next::Lost(None));
+    assert!(!l.held_without_reading(t + ms(201)));
+}
