@@ -2,7 +2,7 @@
 //! `file_sum --checkpoint-dir s3://…` killed with SIGKILL at random moments, and the server
 //! itself killed and restarted under a running job.
 
-use crate::harness::{Rng, Scenario, wait_for};
+use crate::harness::{Rng, Scenario, newest_committed_output, stderr_of, wait_for};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::Child;
@@ -143,6 +143,125 @@ fn an_s3_server_restart_fails_checkpoints_then_they_succeed_again_with_nothing_l
     assert!(
         !failed.is_empty(),
         "no checkpoint failed while the server was down:\n{log}"
+    );
+    s.check();
+}
+
+/// `weir` with the S3 environment.
+fn weir_cli(server: &s3::Server, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_weir-cli"))
+        .args(args)
+        .envs(server.env())
+        .output()
+        .expect("run weir")
+}
+
+/// What an operator does with a job on S3, end to end: `weir savepoint stop s3://…` stops
+/// the running job with a savepoint (and prints where), `weir checkpoints inspect` reads it,
+/// the job resumes from it at another parallelism into a new checkpoint prefix (restore
+/// elsewhere, rescale), a damaged newest checkpoint there makes a later restart fall back to
+/// the one before, and the committed output holds every running sum exactly once.
+#[test]
+fn savepoint_stop_inspect_restore_elsewhere_rescaled_and_fall_back_on_s3() {
+    let server = s3::shared();
+    let mut s = Scenario::new(30_000, 30, 44);
+    s.checkpoints = PathBuf::from(s3::url("operator-first"));
+    let first = s.checkpoints.to_str().unwrap().to_string();
+    let mut child = s
+        .command(2, Some(5_000), 100)
+        .envs(server.env())
+        .spawn()
+        .expect("start file_sum");
+    let prefix = prefix_of(&s.checkpoints);
+    wait_for("a first checkpoint", Duration::from_secs(60), || {
+        !complete_on_server(server, &prefix).is_empty()
+    });
+    let stop = weir_cli(server, &["savepoint", "stop", &first, "--timeout-s", "60"]);
+    assert!(
+        stop.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stop.stderr)
+    );
+    let savepoint = String::from_utf8_lossy(&stop.stdout).trim().to_string();
+    assert!(
+        savepoint.starts_with(&format!("{first}/sp-")),
+        "{savepoint}"
+    );
+    let status = weir_tests::wait_within(&mut child, Duration::from_secs(60));
+    assert!(status.success(), "{}", stderr_of(&mut child));
+
+    let inspect = weir_cli(server, &["checkpoints", "inspect", &savepoint]);
+    let text = String::from_utf8_lossy(&inspect.stdout);
+    assert!(
+        inspect.status.success(),
+        "{}",
+        String::from_utf8_lossy(&inspect.stderr)
+    );
+    assert!(text.contains("kind:            savepoint"), "{text}");
+    assert!(
+        text.contains(&format!("path:            {savepoint}\n")),
+        "{text}"
+    );
+    assert!(text.contains("all present with their sizes"), "{text}");
+
+    // Restore elsewhere, at parallelism 3, stopped part-way by a kill. The newest
+    // checkpoint is damaged below, so a restart must fall back past it: that replays only
+    // output nobody committed yet when the kill landed before the sinks committed it
+    // (otherwise the restore refuses, as it must; then resume and kill again).
+    s.checkpoints = PathBuf::from(s3::url("operator-second"));
+    let second = prefix_of(&s.checkpoints);
+    let mut from_savepoint = Some(savepoint.clone());
+    let mut newest = None;
+    for _ in 0..5 {
+        let mut cmd = s.command(3, Some(5_000), 100);
+        if let Some(sp) = from_savepoint.take() {
+            cmd.arg("--from-savepoint").arg(sp);
+        }
+        let mut resumed = cmd.envs(server.env()).spawn().expect("resume file_sum");
+        let before = complete_on_server(server, &second)
+            .last()
+            .copied()
+            .unwrap_or(0);
+        wait_for(
+            "two more checkpoints in the new prefix",
+            Duration::from_secs(60),
+            || {
+                complete_on_server(server, &second)
+                    .iter()
+                    .filter(|&&id| id > before)
+                    .count()
+                    >= 2
+            },
+        );
+        resumed.kill().unwrap();
+        resumed.wait().unwrap();
+        let last = *complete_on_server(server, &second).last().unwrap();
+        if newest_committed_output(&s.output).is_none_or(|c| c < last) {
+            newest = Some(last);
+            break;
+        }
+    }
+    let newest = newest.expect("in 5 runs, a kill landed before the newest checkpoint's commit");
+    // Damage the newest checkpoint's state object on the server (truncated to nothing).
+    let state = server
+        .files(s3::BUCKET, &format!("{second}/chk-{newest:020}"))
+        .into_iter()
+        .find(|f| f.extension().is_some_and(|e| e == "state"))
+        .expect("a state object");
+    std::fs::write(&state, b"").unwrap();
+    let out = s
+        .command(3, None, 100)
+        .envs(server.env())
+        .output()
+        .expect("run file_sum");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.contains(&format!(
+            "skipping corrupt checkpoint {}/chk-{newest:020}",
+            s.checkpoints.display()
+        )),
+        "{log}"
     );
     s.check();
 }

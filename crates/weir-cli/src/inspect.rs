@@ -28,8 +28,22 @@ pub fn run(path: &Path, json: bool, out: &mut dyn Write) -> Result<()> {
         Some(parent) if path.is_file() => parent,
         _ => path,
     };
-    let shown = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-    write_text(&manifest, &shown, out)
+    let remote = path.to_str().is_some_and(weir_objstore::is_url);
+    let shown = if remote {
+        // An object-storage URL is shown as given (it is no path to resolve).
+        path.to_str()
+            .map(|p| p.trim_end_matches('/').trim_end_matches("/_metadata"))
+            .map_or_else(|| path.to_path_buf(), std::path::PathBuf::from)
+    } else {
+        std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf())
+    };
+    // On object storage a load checks every file's size; checksums are checked on restore.
+    let checked = if remote {
+        "all present with their sizes"
+    } else {
+        "all verified"
+    };
+    write_text(&manifest, &shown, checked, out)
 }
 
 /// Reads `_metadata` and verifies every file it references.
@@ -42,7 +56,7 @@ fn load(path: &Path) -> Result<Manifest> {
         .with_context(|| format!("cannot inspect {}", path.display()))
 }
 
-fn write_text(m: &Manifest, path: &Path, out: &mut dyn Write) -> Result<()> {
+fn write_text(m: &Manifest, path: &Path, checked: &str, out: &mut dyn Write) -> Result<()> {
     let files: Vec<_> = m.files().collect();
     let total: u64 = files.iter().map(|f| f.size).sum();
     let shared = files.iter().filter(|f| f.shared).count();
@@ -65,7 +79,7 @@ fn write_text(m: &Manifest, path: &Path, out: &mut dyn Write) -> Result<()> {
     )?;
     writeln!(
         out,
-        "files:           {} ({} bytes, {} in shared/), all verified",
+        "files:           {} ({} bytes, {} in shared/), {checked}",
         files.len(),
         total,
         shared
