@@ -74,9 +74,11 @@
 //! once and committed with the next checkpoint. See [`ParquetFileSink`] for restore.
 
 mod encoder;
+mod objects;
 mod sink;
 
 pub use encoder::{ParquetEncoder, RowSchema};
+pub use objects::ParquetObjects;
 pub use sink::{ParquetFileSink, committed_name};
 
 use std::path::PathBuf;
@@ -137,6 +139,15 @@ pub struct ParquetOptions {
     /// Rows buffered in Arrow builders before they are encoded into the row group; also how
     /// often [`max_bytes`](Self::max_bytes) sees the size grow. Default 1,024.
     pub batch_rows: usize,
+    /// Close a row group once its encoded size in memory reaches about this many bytes
+    /// (checked after each batch), whatever its rows: bounds the memory a row group takes.
+    /// Default 128 MiB; `None` closes row groups by [`row_group_rows`](Self::row_group_rows)
+    /// only.
+    pub row_group_bytes: Option<u64>,
+    /// On object storage: upload a part of the object whenever this many bytes of closed
+    /// row groups are waiting (S3 needs at least 5 MiB for every part but the last). Default
+    /// 8 MiB. Unused for local directories.
+    pub part_size: usize,
 }
 
 impl Default for ParquetOptions {
@@ -148,6 +159,8 @@ impl Default for ParquetOptions {
             compression: Compression::Snappy,
             row_group_rows: 1024 * 1024,
             batch_rows: 1024,
+            row_group_bytes: Some(128 << 20),
+            part_size: weir_core::ops::object_sink::DEFAULT_PART_SIZE,
         }
     }
 }
@@ -184,6 +197,18 @@ impl ParquetOptions {
     pub fn row_group_rows(mut self, rows: usize) -> Self {
         assert!(rows > 0, "row_group_rows must be at least 1");
         self.row_group_rows = rows;
+        self
+    }
+    /// Closes a row group once it takes about `bytes` bytes in memory (`None`: by rows
+    /// only).
+    pub fn row_group_bytes(mut self, bytes: Option<u64>) -> Self {
+        self.row_group_bytes = bytes;
+        self
+    }
+    /// Sets the part size of uploads to object storage (at least 1 byte; on S3 at least
+    /// 5 MiB).
+    pub fn part_size(mut self, bytes: usize) -> Self {
+        self.part_size = bytes.max(1);
         self
     }
     /// Sets the rows buffered before encoding.
@@ -225,6 +250,17 @@ impl<T: Data> ParquetSinkExt<T> for Stream<T> {
             weir_core::Error::Config(m) => m,
             other => other.to_string(),
         });
+        if let Some(url) = dir.to_str().filter(|d| weir_objstore::is_url(d)) {
+            let url = url.to_string();
+            let format = ParquetObjects::with_schema(schema, options);
+            return self
+                .sink("exactly-once-parquet-object", move || {
+                    format.clone().into_sink(url.clone())
+                })
+                // One job run at a time writes below the prefix, as for a directory (leases
+                // work on object storage too).
+                .exclusive_dir(dir);
+        }
         let owned = dir.clone();
         self.sink("exactly-once-parquet", move || {
             ParquetFileSink::with_schema(dir.clone(), schema.clone(), options.clone())

@@ -123,6 +123,11 @@ pub trait ObjectFormat<T> {
     type Encoder: ObjectEncoder<T>;
     /// Starts an object. An error (a type the format cannot write) fails the sink.
     fn start(&self) -> Result<Self::Encoder>;
+    /// Checks, when the sink opens, that objects can be started (a type the format cannot
+    /// write fails the job before any record); by default nothing to check.
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
     /// The end of committed names, such as `.parquet` (none by default).
     fn suffix(&self) -> &str {
         ""
@@ -634,6 +639,7 @@ impl<T: 'static, F: ObjectFormat<T> + 'static> SinkFunction<T> for ExactlyOnceOb
     }
 
     fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+        self.format.check()?;
         self.writer = ctx.subtask;
         self.token = new_token();
         self.checkpointing = ctx.checkpointing;
