@@ -1,9 +1,11 @@
 //! # weir-parquet
 //!
 //! Parquet output for weir: [`ParquetEncoder`] turns rows of a serde type into one complete
-//! Parquet file, and [`ParquetFileSink`] writes a stream into a directory of Parquet files
+//! Parquet file, [`ParquetFileSink`] writes a stream into a directory of Parquet files
 //! with exactly-once semantics, through the same two-phase commit as weir's exactly-once
-//! text file sink. [`ParquetSinkExt`] adds it to the DSL:
+//! text file sink, and [`ParquetObjects`] writes Parquet objects to object storage
+//! (`s3://…`) through weir's exactly-once object sink. [`ParquetSinkExt`] adds both to the
+//! DSL:
 //!
 //! ```
 //! use weir::prelude::*;
@@ -72,6 +74,22 @@
 //! Besides each checkpoint, a part closes when it reaches [`ParquetOptions::max_rows`],
 //! [`ParquetOptions::max_bytes`] or [`ParquetOptions::max_age`]; it is then finished at
 //! once and committed with the next checkpoint. See [`ParquetFileSink`] for restore.
+//!
+//! ## Object storage
+//!
+//! Given a URL (`s3://bucket/prefix`, `gs://…`, `az://…`, `memory://…`),
+//! [`write_parquet_exactly_once`](ParquetSinkExt::write_parquet_exactly_once) writes each
+//! part as an object `part-<subtask>-<counter as 20 digits>.parquet` by multipart upload,
+//! completed when the checkpoint covering it completes (the upload is in the checkpoint),
+//! with the restore rules of `weir_core::ops::object_sink`. Parts roll by the same limits.
+//!
+//! Memory stays bounded whatever the object's size: a Parquet file's footer comes last,
+//! but the row groups before it never change once closed, so they are uploaded as the
+//! object's parts as soon as [`ParquetOptions::part_size`] bytes of them wait (8 MiB), and
+//! only the footer waits for the object to close. A subtask holds the row group being
+//! encoded (closed at [`ParquetOptions::row_group_rows`] rows or about
+//! [`ParquetOptions::row_group_bytes`], default 128 MiB), one batch of rows, and less than
+//! a part (or one just-closed row group) not yet uploaded.
 
 mod encoder;
 mod objects;
@@ -231,6 +249,29 @@ pub trait ParquetSinkExt<T> {
     /// (see the [crate docs](crate#schema)); a type without a Parquet mapping fails the
     /// job when it starts, naming the field. The directory is owned by one job run at a
     /// time, like the exactly-once text sink's.
+    ///
+    /// `dir` may be an object-storage URL instead: the parts are then objects
+    /// `part-<subtask>-<counter>.parquet` that appear whole when their checkpoint completes
+    /// (see [object storage](crate#object-storage)); the prefix is leased like a directory.
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// use weir_parquet::{ParquetOptions, ParquetSinkExt};
+    ///
+    /// let env = Env::new().parallelism(1);
+    /// env.from_collection((0..5u64).map(|i| (i, i * i)).collect::<Vec<_>>())
+    ///     .write_parquet_exactly_once("memory://doc-parquet-dsl/out", ParquetOptions::default().max_rows(2));
+    /// env.execute("squares").unwrap();
+    ///
+    /// // Without checkpoints, the objects are completed at end of input.
+    /// let out = weir_objstore::Store::open("memory://doc-parquet-dsl/out").unwrap();
+    /// let names: Vec<String> = out.list("part-").unwrap().into_iter().map(|o| o.name).collect();
+    /// assert_eq!(names, [
+    ///     "part-0-00000000000000000000.parquet",
+    ///     "part-0-00000000000000000001.parquet",
+    ///     "part-0-00000000000000000002.parquet",
+    /// ]);
+    /// ```
     fn write_parquet_exactly_once(
         &self,
         dir: impl Into<PathBuf>,
