@@ -21,6 +21,7 @@ mod object_output;
 mod object_storage;
 mod operators;
 mod parallelism;
+mod parquet_output;
 mod process_functions;
 mod prometheus;
 mod rest_api;

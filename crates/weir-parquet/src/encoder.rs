@@ -10,6 +10,7 @@ use serde_arrow::schema::{SchemaLike, TracingOptions};
 use std::io::Write;
 use std::marker::PhantomData;
 use std::sync::Arc;
+use weir_core::ops::object_sink::ObjectEncoder;
 use weir_core::{Error, Result};
 
 /// The Parquet schema of the rows of type `T`, derived once from `T`'s serde
@@ -165,6 +166,9 @@ pub struct ParquetEncoder<T, W: Write + Send = Vec<u8>> {
     batch_rows: usize,
     writer: ArrowWriter<W>,
     rows: u64,
+    row_group_bytes: Option<u64>,
+    /// Row groups closed and handed over to `W` in full.
+    groups: usize,
     _t: PhantomData<fn(&T)>,
 }
 
@@ -194,6 +198,8 @@ impl<T: Serialize, W: Write + Send> ParquetEncoder<T, W> {
             batch_rows: options.batch_rows.max(1),
             writer,
             rows: 0,
+            row_group_bytes: options.row_group_bytes,
+            groups: 0,
             _t: PhantomData,
         })
     }
@@ -237,9 +243,25 @@ impl<T: Serialize, W: Write + Send> ParquetEncoder<T, W> {
             .to_record_batch()
             .map_err(|e| Error::Codec(format!("cannot encode rows of {ty} as Parquet: {e}")))?;
         self.buffered = 0;
-        self.writer
-            .write(&batch)
-            .map_err(|e| Error::Codec(format!("cannot write rows of {ty} as Parquet: {e}")))
+        let fail = |e| Error::Codec(format!("cannot write rows of {ty} as Parquet: {e}"));
+        self.writer.write(&batch).map_err(fail)?;
+        if self
+            .row_group_bytes
+            .is_some_and(|m| self.writer.in_progress_size() as u64 >= m)
+        {
+            // Close the row group: its encoded bytes go to `W`, and memory is freed.
+            self.writer.flush().map_err(fail)?;
+        }
+        let groups = self.writer.flushed_row_groups().len();
+        if groups != self.groups {
+            // A row group closed: hand all of it to `W` (the parquet writer buffers a few
+            // KiB), so what `W` holds is every closed row group, ready to be uploaded.
+            self.groups = groups;
+            self.writer
+                .sync()
+                .map_err(|e| Error::Codec(format!("cannot write rows of {ty} as Parquet: {e}")))?;
+        }
+        Ok(())
     }
 
     /// Writes the buffered rows and the footer, and returns the writer, which then holds
@@ -252,6 +274,33 @@ impl<T: Serialize, W: Write + Send> ParquetEncoder<T, W> {
                 std::any::type_name::<T>()
             ))
         })
+    }
+}
+
+/// An object of weir's exactly-once object sink: the bytes final so far are the row groups
+/// the writer closed (and the header), which never change; the row group in progress and
+/// the footer follow. So an object streams out part by part, and memory holds only the row
+/// group being encoded and the closed bytes not yet uploaded.
+impl<T: Serialize> ObjectEncoder<T> for ParquetEncoder<T, Vec<u8>> {
+    fn push(&mut self, record: &T) -> Result<()> {
+        ParquetEncoder::push(self, record)
+    }
+    fn rows(&self) -> u64 {
+        self.rows
+    }
+    fn bytes(&self) -> u64 {
+        self.estimated_bytes()
+    }
+    fn ready(&self) -> usize {
+        self.writer.inner().len()
+    }
+    fn take(&mut self) -> Vec<u8> {
+        // The writer counts the bytes it wrote itself (offsets in the footer stay right);
+        // taking them out of the vector only moves them.
+        std::mem::take(self.writer.inner_mut())
+    }
+    fn finish(self) -> Result<Vec<u8>> {
+        ParquetEncoder::finish(self)
     }
 }
 

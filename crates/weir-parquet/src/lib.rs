@@ -1,9 +1,11 @@
 //! # weir-parquet
 //!
 //! Parquet output for weir: [`ParquetEncoder`] turns rows of a serde type into one complete
-//! Parquet file, and [`ParquetFileSink`] writes a stream into a directory of Parquet files
+//! Parquet file, [`ParquetFileSink`] writes a stream into a directory of Parquet files
 //! with exactly-once semantics, through the same two-phase commit as weir's exactly-once
-//! text file sink. [`ParquetSinkExt`] adds it to the DSL:
+//! text file sink, and [`ParquetObjects`] writes Parquet objects to object storage
+//! (`s3://…`) through weir's exactly-once object sink. [`ParquetSinkExt`] adds both to the
+//! DSL:
 //!
 //! ```
 //! use weir::prelude::*;
@@ -72,11 +74,29 @@
 //! Besides each checkpoint, a part closes when it reaches [`ParquetOptions::max_rows`],
 //! [`ParquetOptions::max_bytes`] or [`ParquetOptions::max_age`]; it is then finished at
 //! once and committed with the next checkpoint. See [`ParquetFileSink`] for restore.
+//!
+//! ## Object storage
+//!
+//! Given a URL (`s3://bucket/prefix`, `gs://…`, `az://…`, `memory://…`),
+//! [`write_parquet_exactly_once`](ParquetSinkExt::write_parquet_exactly_once) writes each
+//! part as an object `part-<subtask>-<counter as 20 digits>.parquet` by multipart upload,
+//! completed when the checkpoint covering it completes (the upload is in the checkpoint),
+//! with the restore rules of `weir_core::ops::object_sink`. Parts roll by the same limits.
+//!
+//! Memory stays bounded whatever the object's size: a Parquet file's footer comes last,
+//! but the row groups before it never change once closed, so they are uploaded as the
+//! object's parts as soon as [`ParquetOptions::part_size`] bytes of them wait (8 MiB), and
+//! only the footer waits for the object to close. A subtask holds the row group being
+//! encoded (closed at [`ParquetOptions::row_group_rows`] rows or about
+//! [`ParquetOptions::row_group_bytes`], default 128 MiB), one batch of rows, and less than
+//! a part (or one just-closed row group) not yet uploaded.
 
 mod encoder;
+mod objects;
 mod sink;
 
 pub use encoder::{ParquetEncoder, RowSchema};
+pub use objects::ParquetObjects;
 pub use sink::{ParquetFileSink, committed_name};
 
 use std::path::PathBuf;
@@ -137,6 +157,15 @@ pub struct ParquetOptions {
     /// Rows buffered in Arrow builders before they are encoded into the row group; also how
     /// often [`max_bytes`](Self::max_bytes) sees the size grow. Default 1,024.
     pub batch_rows: usize,
+    /// Close a row group once its encoded size in memory reaches about this many bytes
+    /// (checked after each batch), whatever its rows: bounds the memory a row group takes.
+    /// Default 128 MiB; `None` closes row groups by [`row_group_rows`](Self::row_group_rows)
+    /// only.
+    pub row_group_bytes: Option<u64>,
+    /// On object storage: upload a part of the object whenever this many bytes of closed
+    /// row groups are waiting (S3 needs at least 5 MiB for every part but the last). Default
+    /// 8 MiB. Unused for local directories.
+    pub part_size: usize,
 }
 
 impl Default for ParquetOptions {
@@ -148,6 +177,8 @@ impl Default for ParquetOptions {
             compression: Compression::Snappy,
             row_group_rows: 1024 * 1024,
             batch_rows: 1024,
+            row_group_bytes: Some(128 << 20),
+            part_size: weir_core::ops::object_sink::DEFAULT_PART_SIZE,
         }
     }
 }
@@ -186,6 +217,18 @@ impl ParquetOptions {
         self.row_group_rows = rows;
         self
     }
+    /// Closes a row group once it takes about `bytes` bytes in memory (`None`: by rows
+    /// only).
+    pub fn row_group_bytes(mut self, bytes: Option<u64>) -> Self {
+        self.row_group_bytes = bytes;
+        self
+    }
+    /// Sets the part size of uploads to object storage (at least 1 byte; on S3 at least
+    /// 5 MiB).
+    pub fn part_size(mut self, bytes: usize) -> Self {
+        self.part_size = bytes.max(1);
+        self
+    }
     /// Sets the rows buffered before encoding.
     ///
     /// # Panics
@@ -206,6 +249,29 @@ pub trait ParquetSinkExt<T> {
     /// (see the [crate docs](crate#schema)); a type without a Parquet mapping fails the
     /// job when it starts, naming the field. The directory is owned by one job run at a
     /// time, like the exactly-once text sink's.
+    ///
+    /// `dir` may be an object-storage URL instead: the parts are then objects
+    /// `part-<subtask>-<counter>.parquet` that appear whole when their checkpoint completes
+    /// (see [object storage](crate#object-storage)); the prefix is leased like a directory.
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// use weir_parquet::{ParquetOptions, ParquetSinkExt};
+    ///
+    /// let env = Env::new().parallelism(1);
+    /// env.from_collection((0..5u64).map(|i| (i, i * i)).collect::<Vec<_>>())
+    ///     .write_parquet_exactly_once("memory://doc-parquet-dsl/out", ParquetOptions::default().max_rows(2));
+    /// env.execute("squares").unwrap();
+    ///
+    /// // Without checkpoints, the objects are completed at end of input.
+    /// let out = weir_objstore::Store::open("memory://doc-parquet-dsl/out").unwrap();
+    /// let names: Vec<String> = out.list("part-").unwrap().into_iter().map(|o| o.name).collect();
+    /// assert_eq!(names, [
+    ///     "part-0-00000000000000000000.parquet",
+    ///     "part-0-00000000000000000001.parquet",
+    ///     "part-0-00000000000000000002.parquet",
+    /// ]);
+    /// ```
     fn write_parquet_exactly_once(
         &self,
         dir: impl Into<PathBuf>,
@@ -225,6 +291,17 @@ impl<T: Data> ParquetSinkExt<T> for Stream<T> {
             weir_core::Error::Config(m) => m,
             other => other.to_string(),
         });
+        if let Some(url) = dir.to_str().filter(|d| weir_objstore::is_url(d)) {
+            let url = url.to_string();
+            let format = ParquetObjects::with_schema(schema, options);
+            return self
+                .sink("exactly-once-parquet-object", move || {
+                    format.clone().into_sink(url.clone())
+                })
+                // One job run at a time writes below the prefix, as for a directory (leases
+                // work on object storage too).
+                .exclusive_dir(dir);
+        }
         let owned = dir.clone();
         self.sink("exactly-once-parquet", move || {
             ParquetFileSink::with_schema(dir.clone(), schema.clone(), options.clone())

@@ -1,13 +1,15 @@
-//! The exactly-once text sink on object storage (`s3://`, `gs://`, `az://`, `memory://`):
-//! two-phase commit by multipart upload, tied to checkpoints.
+//! The exactly-once sink on object storage (`s3://`, `gs://`, `az://`, `memory://`):
+//! two-phase commit by multipart upload, tied to checkpoints, for any format of objects
+//! ([`ObjectFormat`]): text lines ([`TextLines`]) here, Parquet in weir-parquet.
 //!
 //! An object cannot be renamed, and the name of a multipart upload's object is fixed when
 //! the upload starts; so where the local sink ([`super::file_sink`]) names a committed file
 //! after its checkpoint, this sink names each object after a per-writer counter that the
 //! checkpoint records, as Flink's S3 sink does:
 //!
-//! - `part-<writer>-<counter as 20 digits>`: a committed object, complete. Nothing else
-//!   ever appears under such a name: readers list `part-` and read what they find.
+//! - `part-<writer>-<counter as 20 digits><suffix>`: a committed object, complete (the
+//!   suffix is the format's: none for text, `.parquet` for Parquet). Nothing else ever
+//!   appears under such a name: readers list `part-` and read what they find.
 //! - `_uploads/<writer>-<counter as 20 digits>-<token>`: a marker holding the upload id of
 //!   an upload in progress, written right after the upload starts and deleted when it is
 //!   completed or aborted. The token is new for every run of a subtask (as in the local
@@ -15,15 +17,22 @@
 //!
 //! Protocol, per subtask (writer `w`):
 //!
-//! 1. Records are formatted into lines and buffered in memory. When the buffer reaches the
-//!    part size (8 MiB by default, above S3's 5 MiB minimum for every part but the last),
-//!    it is uploaded as the next part of the writer's current upload, which starts (with
-//!    its marker) on the first part: object `part-w-<counter>`, and the counter goes up.
-//! 2. At a checkpoint barrier (pre-commit), what is buffered is uploaded as the last part
-//!    and the upload (object name, upload id, part ids, size) goes into the snapshot with
-//!    the writer's next counter. The object is still invisible.
-//! 3. When checkpoint `n` completes (commit), every upload recorded up to `n` is completed:
-//!    its object appears whole, and its marker is deleted.
+//! 1. Records go into the format's encoder of the current object, which starts with the
+//!    first record after the previous object closed. Whenever the encoder holds at least
+//!    the part size of final bytes (8 MiB by default, above S3's 5 MiB minimum for every
+//!    part but the last), they are uploaded as the next part of the object's upload, which
+//!    starts (with its marker) on the first part: object `part-w-<counter>`, and the
+//!    counter goes up.
+//! 2. The object closes when it reaches a limit of its [`Rolling`] (rows, bytes, age), or at
+//!    a checkpoint barrier: the encoder is finished and what it still holds goes up as the
+//!    last part. An object closed by a limit waits, uploaded and invisible, for the next
+//!    barrier; a checkpoint may so cover several objects of a writer.
+//! 3. At the barrier of checkpoint `n` (pre-commit), the current object is closed, and the
+//!    uploads of every object closed since the previous barrier (object name, upload id,
+//!    part ids, size) go into the snapshot with the writer's next counter. The objects are
+//!    still invisible.
+//! 4. When checkpoint `n` completes (commit), every upload recorded up to `n` is completed,
+//!    in counter order: each object appears whole, and its marker is deleted.
 //!
 //! On restore from checkpoint `c`, the subtask stands for every writer `w` with
 //! `w % parallelism == subtask` (as the local sink, so the parallelism may change):
@@ -41,7 +50,14 @@
 //!   snapshots, so a writer that did not exist in `c` (the parallelism grew) never reuses
 //!   a name an earlier writer of that index used.
 //!
-//! Without checkpoints, the current upload is completed at end of input.
+//! Without checkpoints, the objects are completed at end of input.
+//!
+//! Memory per subtask: what the encoder keeps to finish its object (for text, nothing but
+//! the lines not yet uploaded; for Parquet, the row group being encoded, see weir-parquet)
+//! plus less than one part of final bytes not yet uploaded (a Parquet row group is handed
+//! over whole, so a part may be as large as one). It does not grow with the object: an
+//! object of any size streams out part by part, and only its last part waits for the
+//! object to close.
 //!
 //! What a crash can leave: uploads that were started and never completed, each with its
 //! marker (cleaned up by the next restore of its writer). The one exception is a crash in
@@ -57,10 +73,10 @@
 //! completion is announced; the restore's aborting of the other run's markers makes any
 //! upload it had in flight fail.
 //!
-//! Requests per writer and checkpoint with new records: start an upload, write its marker,
-//! one part per 8 MiB (at least one), look the object up, complete the upload, delete the
-//! marker — six for up to 8 MiB. A checkpoint without new records costs none. A restore or
-//! a fresh start lists the output prefix once per subtask.
+//! Requests per object: start an upload, write its marker, one part per 8 MiB (at least
+//! one), look the object up, complete the upload, delete the marker — six for up to 8 MiB.
+//! A checkpoint without new records costs none. A restore or a fresh start lists the output
+//! prefix once per subtask.
 
 use super::file_sink::{committed_name, new_token};
 use super::sink::{SinkContext, SinkFunction};
@@ -71,6 +87,7 @@ use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use weir_objstore::Store;
 
 /// The default part size: a multiple of S3's 5 MiB minimum part size.
@@ -78,6 +95,150 @@ pub const DEFAULT_PART_SIZE: usize = 8 << 20;
 
 /// Where the markers of uploads in progress live.
 const MARKERS: &str = "_uploads/";
+
+/// Encodes records into the bytes of one object of the [`ExactlyOnceObjectSink`].
+///
+/// The sink pushes records, takes the bytes that are final so far to upload them as parts
+/// (whenever [`ready`](Self::ready) reaches the part size), and finishes the encoder when
+/// the object closes; what [`finish`](Self::finish) returns is the object's last part.
+/// The bytes taken and then finished, in order, are the whole object.
+pub trait ObjectEncoder<T> {
+    /// Adds a record. An error fails the sink (and the job's attempt).
+    fn push(&mut self, record: &T) -> Result<()>;
+    /// Records pushed so far.
+    fn rows(&self) -> u64;
+    /// About how many bytes the object holds so far, taken or not: for rolling by size.
+    fn bytes(&self) -> u64;
+    /// How many final bytes [`take`](Self::take) would return now.
+    fn ready(&self) -> usize;
+    /// Takes the bytes that are final so far (they will not change whatever comes next).
+    fn take(&mut self) -> Vec<u8>;
+    /// Finishes the object (a footer, say) and returns the bytes not taken yet.
+    fn finish(self) -> Result<Vec<u8>>;
+}
+
+/// A format of the [`ExactlyOnceObjectSink`]'s objects: starts one encoder per object.
+pub trait ObjectFormat<T> {
+    /// The encoder of one object.
+    type Encoder: ObjectEncoder<T>;
+    /// Starts an object. An error (a type the format cannot write) fails the sink.
+    fn start(&self) -> Result<Self::Encoder>;
+    /// Checks, when the sink opens, that objects can be started (a type the format cannot
+    /// write fails the job before any record); by default nothing to check.
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
+    /// The end of committed names, such as `.parquet` (none by default).
+    fn suffix(&self) -> &str {
+        ""
+    }
+}
+
+/// The text format: one line per record, formatted by a function.
+pub struct TextLines<T> {
+    format: Arc<dyn Fn(&T) -> String + Send + Sync>,
+}
+
+impl<T> TextLines<T> {
+    /// Lines formatted by `format` (a newline is added to each).
+    pub fn new(format: Arc<dyn Fn(&T) -> String + Send + Sync>) -> Self {
+        TextLines { format }
+    }
+}
+
+impl<T> Clone for TextLines<T> {
+    fn clone(&self) -> Self {
+        TextLines {
+            format: self.format.clone(),
+        }
+    }
+}
+
+/// The encoder of [`TextLines`]: every line is final once formatted.
+pub struct TextEncoder<T> {
+    format: Arc<dyn Fn(&T) -> String + Send + Sync>,
+    buf: Vec<u8>,
+    taken: u64,
+    rows: u64,
+}
+
+impl<T> ObjectEncoder<T> for TextEncoder<T> {
+    fn push(&mut self, record: &T) -> Result<()> {
+        self.buf.extend_from_slice((self.format)(record).as_bytes());
+        self.buf.push(b'\n');
+        self.rows += 1;
+        Ok(())
+    }
+    fn rows(&self) -> u64 {
+        self.rows
+    }
+    fn bytes(&self) -> u64 {
+        self.taken + self.buf.len() as u64
+    }
+    fn ready(&self) -> usize {
+        self.buf.len()
+    }
+    fn take(&mut self) -> Vec<u8> {
+        self.taken += self.buf.len() as u64;
+        std::mem::take(&mut self.buf)
+    }
+    fn finish(self) -> Result<Vec<u8>> {
+        Ok(self.buf)
+    }
+}
+
+impl<T> ObjectFormat<T> for TextLines<T> {
+    type Encoder = TextEncoder<T>;
+    fn start(&self) -> Result<TextEncoder<T>> {
+        Ok(TextEncoder {
+            format: self.format.clone(),
+            buf: Vec::new(),
+            taken: 0,
+            rows: 0,
+        })
+    }
+}
+
+/// When an object closes before the next checkpoint barrier: once it holds
+/// [`max_rows`](Self::max_rows) records, about [`max_bytes`](Self::max_bytes) bytes, or a
+/// record arrives [`max_age`](Self::max_age) after its first one, whichever comes first.
+/// The limits are checked after each record: the record that reaches one is the last of
+/// its object. By default an object closes only at barriers (or at end of input).
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_core::ops::object_sink::Rolling;
+/// let r = Rolling::default().max_rows(100_000).max_age(Duration::from_secs(60));
+/// assert_eq!((r.max_rows, r.max_bytes), (Some(100_000), None));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Rolling {
+    /// Close an object once it holds this many records.
+    pub max_rows: Option<u64>,
+    /// Close an object once it holds about this many bytes ([`ObjectEncoder::bytes`]).
+    pub max_bytes: Option<u64>,
+    /// Close an object once a record arrives this long after its first record.
+    pub max_age: Option<Duration>,
+}
+
+impl Rolling {
+    /// Closes an object once it holds `rows` records (at least 1).
+    pub fn max_rows(mut self, rows: u64) -> Self {
+        self.max_rows = Some(rows.max(1));
+        self
+    }
+    /// Closes an object once it holds about `bytes` bytes.
+    pub fn max_bytes(mut self, bytes: u64) -> Self {
+        self.max_bytes = Some(bytes);
+        self
+    }
+    /// Closes an object once a record arrives `age` after its first one.
+    pub fn max_age(mut self, age: Duration) -> Self {
+        self.max_age = Some(age);
+        self
+    }
+}
 
 /// An upload of one object: in progress, or pre-committed at a checkpoint.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -118,9 +279,10 @@ fn parse_marker(name: &str) -> Option<(usize, u64)> {
     Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
 }
 
-/// The writer and counter of a committed object, from its name.
-fn parse_committed(name: &str) -> Option<(usize, u64)> {
-    let (w, c) = name.strip_prefix("part-")?.split_once('-')?;
+/// The writer and counter of a committed object with names ending in `suffix`.
+fn parse_committed(name: &str, suffix: &str) -> Option<(usize, u64)> {
+    let rest = name.strip_prefix("part-")?.strip_suffix(suffix)?;
+    let (w, c) = rest.split_once('-')?;
     Some((w.parse().ok()?, c.parse().ok()?))
 }
 
@@ -130,7 +292,15 @@ fn failed(e: weir_objstore::Error) -> Error {
     Error::User(e.to_string())
 }
 
-/// The exactly-once text sink on object storage (see the module docs).
+/// The object being written: its encoder, and its upload once the first part went up.
+struct Current<E> {
+    encoder: E,
+    upload: Option<Upload>,
+    opened: Instant,
+}
+
+/// The exactly-once sink on object storage (see the module docs), writing objects of the
+/// format `F`: text lines by default.
 ///
 /// ```
 /// use weir_core::ops::object_sink::ExactlyOnceObjectSink;
@@ -153,42 +323,78 @@ fn failed(e: weir_objstore::Error) -> Error {
 /// assert_eq!(out.get("part-0-00000000000000000000").unwrap().unwrap(), b"1\n2\n");
 /// # Ok::<(), weir_core::Error>(())
 /// ```
-pub struct ExactlyOnceObjectSink<T> {
+pub struct ExactlyOnceObjectSink<T, F: ObjectFormat<T> = TextLines<T>> {
     url: String,
-    format: Arc<dyn Fn(&T) -> String + Send + Sync>,
+    format: F,
     part_size: usize,
+    rolling: Rolling,
     store: Option<Store>,
     writer: usize,
     checkpointing: bool,
     token: String,
     next: u64,
-    buf: Vec<u8>,
-    current: Option<Upload>,
+    current: Option<Current<F::Encoder>>,
+    /// Objects closed by a rolling limit since the last barrier, uploaded, not recorded.
+    closed: Vec<Upload>,
     pending: Vec<Upload>,
     restored: bool,
+    _t: std::marker::PhantomData<fn(&T)>,
 }
 
-impl<T> ExactlyOnceObjectSink<T> {
+impl<T> ExactlyOnceObjectSink<T, TextLines<T>> {
     /// A sink writing below `url` (`s3://bucket/prefix`), one line per record formatted by
     /// `format`, in parts of [`DEFAULT_PART_SIZE`].
     pub fn new(url: String, format: Arc<dyn Fn(&T) -> String + Send + Sync>) -> Self {
+        Self::with_format(url, TextLines::new(format))
+    }
+}
+
+impl<T, F: ObjectFormat<T>> ExactlyOnceObjectSink<T, F> {
+    /// A sink writing objects of `format` below `url`, in parts of [`DEFAULT_PART_SIZE`],
+    /// closing objects only at checkpoint barriers.
+    ///
+    /// ```
+    /// use weir_core::ops::object_sink::{ExactlyOnceObjectSink, Rolling, TextLines};
+    /// use weir_core::ops::sink::{SinkContext, SinkFunction};
+    /// use weir_core::ids::CheckpointId;
+    /// # let ctx = SinkContext { subtask: 0, parallelism: 1, checkpointing: true,
+    /// #     checkpoint_timing: None, name: "sink".into(), operator_id: "sink".into() };
+    /// let lines = TextLines::new(std::sync::Arc::new(|n: &u32| n.to_string()));
+    /// let mut sink = ExactlyOnceObjectSink::with_format("memory://doc-rolling/out".into(), lines)
+    ///     .with_rolling(Rolling::default().max_rows(2));
+    /// sink.open(&ctx)?;
+    /// for n in 0..5 {
+    ///     sink.invoke(n, 0)?;
+    /// }
+    /// sink.snapshot(CheckpointId(1))?;
+    /// sink.notify_complete(CheckpointId(1))?;
+    /// let out = weir_objstore::Store::open("memory://doc-rolling/out").unwrap();
+    /// let names: Vec<String> = out.list("part-").unwrap().into_iter().map(|o| o.name).collect();
+    /// assert_eq!(names, ["part-0-00000000000000000000", "part-0-00000000000000000001",
+    ///     "part-0-00000000000000000002"]);
+    /// assert_eq!(out.get(&names[2]).unwrap().unwrap(), b"4\n");
+    /// # Ok::<(), weir_core::Error>(())
+    /// ```
+    pub fn with_format(url: String, format: F) -> Self {
         ExactlyOnceObjectSink {
             url,
             format,
             part_size: DEFAULT_PART_SIZE,
+            rolling: Rolling::default(),
             store: None,
             writer: 0,
             checkpointing: false,
             token: new_token(),
             next: 0,
-            buf: Vec::new(),
             current: None,
+            closed: Vec::new(),
             pending: Vec::new(),
             restored: false,
+            _t: std::marker::PhantomData,
         }
     }
 
-    /// Uploads a part whenever `bytes` are buffered (on S3 at least 5 MiB).
+    /// Uploads a part whenever `bytes` of final bytes are buffered (on S3 at least 5 MiB).
     ///
     /// ```
     /// # use weir_core::ops::object_sink::ExactlyOnceObjectSink;
@@ -201,6 +407,12 @@ impl<T> ExactlyOnceObjectSink<T> {
         self
     }
 
+    /// Closes objects between barriers when they reach a limit of `rolling`.
+    pub fn with_rolling(mut self, rolling: Rolling) -> Self {
+        self.rolling = rolling;
+        self
+    }
+
     fn store(&mut self) -> Result<Store> {
         if self.store.is_none() {
             let s = Store::open(&self.url).map_err(|e| Error::Config(e.to_string()))?;
@@ -209,22 +421,30 @@ impl<T> ExactlyOnceObjectSink<T> {
         Ok(self.store.clone().expect("just opened"))
     }
 
-    /// Uploads the buffer as the next part of the current upload, starting one if needed.
-    fn upload_part(&mut self) -> Result<()> {
-        if self.buf.is_empty() {
-            return Ok(());
-        }
+    /// The committed name of `writer`'s object `counter`.
+    fn name(&self, writer: usize, counter: u64) -> String {
+        format!(
+            "{}{}",
+            committed_name(writer, counter),
+            self.format.suffix()
+        )
+    }
+
+    /// Uploads `bytes` as the next part of the upload in `slot`, starting one (object
+    /// `part-<writer>-<next counter>`, with its marker) when there is none yet.
+    fn put_part(&mut self, slot: &mut Option<Upload>, bytes: Vec<u8>) -> Result<()> {
         let store = self.store()?;
-        if self.current.is_none() {
+        if slot.is_none() {
             let counter = self.next;
-            let name = committed_name(self.writer, counter);
-            let id = store.create_upload(&name).map_err(failed)?;
+            let id = store
+                .create_upload(&self.name(self.writer, counter))
+                .map_err(failed)?;
             let marker = marker_name(self.writer, counter, &self.token);
             store
                 .put(&marker, id.clone().into_bytes())
                 .map_err(failed)?;
             self.next += 1;
-            self.current = Some(Upload {
+            *slot = Some(Upload {
                 checkpoint: 0,
                 counter,
                 id,
@@ -233,9 +453,8 @@ impl<T> ExactlyOnceObjectSink<T> {
                 marker,
             });
         }
-        let up = self.current.as_mut().expect("just started");
-        let name = committed_name(self.writer, up.counter);
-        let bytes = std::mem::take(&mut self.buf);
+        let up = slot.as_mut().expect("just started");
+        let name = self.name(self.writer, up.counter);
         let n = bytes.len() as u64;
         let part = store
             .put_part(&name, &up.id, up.parts.len(), bytes)
@@ -245,9 +464,54 @@ impl<T> ExactlyOnceObjectSink<T> {
         Ok(())
     }
 
-    /// Completes `up` of `writer`, never replacing another object; idempotent.
-    fn commit(store: &Store, writer: usize, up: &Upload) -> Result<()> {
-        let name = committed_name(writer, up.counter);
+    /// Uploads the current object's final bytes as its next part once there are at least
+    /// a part's worth.
+    fn upload_ready(&mut self) -> Result<()> {
+        let Some(cur) = self.current.as_mut() else {
+            return Ok(());
+        };
+        if cur.encoder.ready() < self.part_size {
+            return Ok(());
+        }
+        let bytes = cur.encoder.take();
+        let mut upload = cur.upload.take();
+        let r = self.put_part(&mut upload, bytes);
+        self.current.as_mut().expect("open").upload = upload;
+        r
+    }
+
+    /// Closes the current object, if any: the encoder is finished, what it still holds goes
+    /// up as the last part, and the upload joins the closed ones.
+    fn close(&mut self) -> Result<()> {
+        let Some(cur) = self.current.take() else {
+            return Ok(());
+        };
+        let mut upload = cur.upload;
+        if cur.encoder.rows() == 0 && upload.is_none() {
+            return Ok(());
+        }
+        let rest = cur.encoder.finish()?;
+        // Parts cannot be empty; the last may be small.
+        if !rest.is_empty() || upload.is_none() {
+            self.put_part(&mut upload, rest)?;
+        }
+        self.closed.push(upload.expect("uploaded"));
+        Ok(())
+    }
+
+    /// True when the current object reached a rolling limit.
+    fn full(&self) -> bool {
+        let Some(cur) = &self.current else {
+            return false;
+        };
+        let r = &self.rolling;
+        r.max_rows.is_some_and(|m| cur.encoder.rows() >= m)
+            || r.max_bytes.is_some_and(|m| cur.encoder.bytes() >= m)
+            || r.max_age.is_some_and(|m| cur.opened.elapsed() >= m)
+    }
+
+    /// Completes `up` (object `name`), never replacing another object; idempotent.
+    fn commit(store: &Store, name: &str, up: &Upload) -> Result<()> {
         let refuse = |size: u64| {
             Error::Config(format!(
                 "refusing to complete the upload of {}: another object of {size} bytes is there \
@@ -255,16 +519,16 @@ impl<T> ExactlyOnceObjectSink<T> {
                  prefix, or a run restored from an older checkpoint or savepoint than the one that \
                  committed it). Nothing was overwritten. Give each run its own output prefix, or \
                  resume the run that wrote it",
-                store.url_of(&name),
+                store.url_of(name),
                 up.size
             ))
         };
-        match store.head(&name).map_err(failed)? {
+        match store.head(name).map_err(failed)? {
             Some(o) if o.size == up.size => {} // completed before a crash
             Some(o) => return Err(refuse(o.size)),
             None => {
-                if let Err(e) = store.complete_upload(&name, &up.id, up.parts.clone()) {
-                    match store.head(&name).map_err(failed)? {
+                if let Err(e) = store.complete_upload(name, &up.id, up.parts.clone()) {
+                    match store.head(name).map_err(failed)? {
                         Some(o) if o.size == up.size => {}
                         Some(o) => return Err(refuse(o.size)),
                         None => {
@@ -307,9 +571,9 @@ impl<T> ExactlyOnceObjectSink<T> {
         for o in objects {
             if let Some((w, c)) = parse_marker(&o.name) {
                 if mine(w) {
-                    markers.push((o.name, committed_name(w, c)));
+                    markers.push((o.name, self.name(w, c)));
                 }
-            } else if let Some((w, c)) = parse_committed(&o.name)
+            } else if let Some((w, c)) = parse_committed(&o.name, self.format.suffix())
                 && mine(w)
                 && restored.is_none_or(|(_, next, rest)| c >= *next.get(&w).unwrap_or(&rest))
             {
@@ -345,7 +609,7 @@ impl<T> ExactlyOnceObjectSink<T> {
     }
 }
 
-impl<T: 'static> SinkFunction<T> for ExactlyOnceObjectSink<T> {
+impl<T: 'static, F: ObjectFormat<T> + 'static> SinkFunction<T> for ExactlyOnceObjectSink<T, F> {
     fn restore(
         &mut self,
         checkpoint: CheckpointId,
@@ -362,7 +626,7 @@ impl<T: 'static> SinkFunction<T> for ExactlyOnceObjectSink<T> {
             let w = st.writer as usize;
             if w % ctx.parallelism == ctx.subtask {
                 for up in &st.pending {
-                    Self::commit(&store, w, up)?;
+                    Self::commit(&store, &self.name(w, up.counter), up)?;
                 }
                 next.insert(w, st.next);
             }
@@ -375,6 +639,7 @@ impl<T: 'static> SinkFunction<T> for ExactlyOnceObjectSink<T> {
     }
 
     fn open(&mut self, ctx: &SinkContext) -> Result<()> {
+        self.format.check()?;
         self.writer = ctx.subtask;
         self.token = new_token();
         self.checkpointing = ctx.checkpointing;
@@ -385,20 +650,29 @@ impl<T: 'static> SinkFunction<T> for ExactlyOnceObjectSink<T> {
     }
 
     fn invoke(&mut self, value: T, _ts: Timestamp) -> Result<()> {
-        let line = (self.format)(&value);
-        self.buf.extend_from_slice(line.as_bytes());
-        self.buf.push(b'\n');
-        if self.buf.len() >= self.part_size {
-            self.upload_part()?;
+        if self.current.is_none() {
+            self.current = Some(Current {
+                encoder: self.format.start()?,
+                upload: None,
+                opened: Instant::now(),
+            });
+        }
+        let cur = self.current.as_mut().expect("just opened");
+        cur.encoder.push(&value)?;
+        self.upload_ready()?;
+        if self.full() {
+            self.close()?;
         }
         Ok(())
     }
 
     fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<Option<(Vec<u8>, String)>> {
-        self.upload_part()?;
-        if let Some(mut up) = self.current.take() {
-            up.checkpoint = checkpoint.0;
-            self.pending.push(up);
+        self.close()?;
+        if !self.closed.is_empty() {
+            for mut up in std::mem::take(&mut self.closed) {
+                up.checkpoint = checkpoint.0;
+                self.pending.push(up);
+            }
             crate::failpoint::hit("sink.after_precommit");
         }
         let st = SinkState {
@@ -432,7 +706,8 @@ impl<T: 'static> SinkFunction<T> for ExactlyOnceObjectSink<T> {
             .first()
             .is_some_and(|u| u.checkpoint <= checkpoint.0)
         {
-            Self::commit(&store, self.writer, &self.pending[0])?;
+            let up = &self.pending[0];
+            Self::commit(&store, &self.name(self.writer, up.counter), up)?;
             self.pending.remove(0);
         }
         crate::failpoint::hit("sink.after_commit");
@@ -442,17 +717,17 @@ impl<T: 'static> SinkFunction<T> for ExactlyOnceObjectSink<T> {
     fn finish(&mut self) -> Result<()> {
         if self.checkpointing {
             // Everything was committed by the final checkpoint; nothing may be left.
-            if !self.buf.is_empty() || self.current.is_some() {
+            if self.current.is_some() || !self.closed.is_empty() {
                 return Err(Error::Config(
                     "records arrived after the final checkpoint barrier; they would not be committed".into(),
                 ));
             }
             return Ok(());
         }
-        self.upload_part()?;
-        if let Some(up) = self.current.take() {
-            let store = self.store()?;
-            Self::commit(&store, self.writer, &up)?;
+        self.close()?;
+        let store = self.store()?;
+        for up in std::mem::take(&mut self.closed) {
+            Self::commit(&store, &self.name(self.writer, up.counter), &up)?;
         }
         Ok(())
     }
