@@ -2,7 +2,7 @@
 //! carries duplicate payments and the job may be killed at any moment.
 //!
 //! ```text
-//! scripts/postgres.sh start            # prints the URL, e.g. postgres://weir@127.0.0.1:55432/weir
+//! scripts/postgres.sh start            # prints the URL, e.g. postgres://weir@127.0.0.1:15432/weir
 //! cargo run --release --example payments_apply_once -- --postgres URL --input PAYMENTS \
 //!     --checkpoint-dir CKDIR [--schema NAME] [--create-orders N] [--dead-letters DIR] \
 //!     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \

@@ -20,7 +20,8 @@
 #
 # Environment:
 #   WEIR_POSTGRES_DIR        state dir (default ${TMPDIR:-/tmp}/weir-postgres): data/, server.log, url
-#   WEIR_POSTGRES_PORT       port (default: the first free one from 55432 up)
+#   WEIR_POSTGRES_PORT       port (default: the first free one from 15432 up, below the kernel's
+#                            ephemeral range so no outgoing connection holds it)
 #   WEIR_POSTGRES_DB         database name (default weir)
 #   WEIR_POSTGRES_USER       role the URL names (default weir, a superuser of this server)
 #   WEIR_POSTGRES_START_TIMEOUT  seconds to wait for the server to accept connections (default 60)
@@ -86,7 +87,7 @@ pick_port() {
     echo "$WEIR_POSTGRES_PORT"
     return
   fi
-  local p=55432
+  local p=15432
   while port_in_use "$p"; do p=$((p + 1)); done
   echo "$p"
 }

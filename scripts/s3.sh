@@ -23,7 +23,8 @@
 #   WEIR_S3_CACHE           jar cache (default ${XDG_CACHE_HOME:-$HOME/.cache}/weir/s3proxy-VERSION)
 #   WEIR_S3_DIR             state dir (default ${TMPDIR:-/tmp}/weir-s3): data/ (one directory
 #                           per bucket), s3proxy.conf, server.log, server.pid, endpoint
-#   WEIR_S3_PORT            port (default: the first free one from 59000 up; kept across restarts)
+#   WEIR_S3_PORT            port (default: the first free one from 19000 up, below the kernel's
+#                           ephemeral range so no outgoing connection holds it; kept across restarts)
 #   WEIR_S3_START_TIMEOUT   seconds to wait for the server to answer (default 60)
 #   WEIR_S3_STOP_TIMEOUT    seconds between TERM and KILL (default 10)
 #   JAVA_HOME               Java 17+; otherwise `java` on PATH
@@ -78,7 +79,7 @@ pick_port() {
     echo "$WEIR_S3_PORT"
     return
   fi
-  local p=59000
+  local p=19000
   while port_in_use "$p"; do p=$((p + 1)); done
   echo "$p"
 }

@@ -36,7 +36,7 @@
 //!     Payment { payment_id: "p-1".into(), order_id: 1, amount: 500 },
 //!     Payment { payment_id: "p-1".into(), order_id: 1, amount: 500 }, // a duplicate
 //! ]);
-//! let pay = ApplyOnce::new("postgres://weir@127.0.0.1:55432/weir", "payments", |p: &Payment| {
+//! let pay = ApplyOnce::new("postgres://weir@127.0.0.1:15432/weir", "payments", |p: &Payment| {
 //!     p.payment_id.clone()
 //! })
 //! .effect_sql(
