@@ -11,7 +11,7 @@ use std::time::Instant;
 use weir_core::codec;
 use weir_core::error::{Error, Result};
 use weir_core::ids::CheckpointId;
-use weir_core::ops::file_sink::{commit_no_replace, fsync_dir, new_token};
+use weir_core::ops::file_sink::{commit_no_replace, commit_pending, fsync_dir, new_token};
 use weir_core::ops::sink::{SinkContext, SinkFunction};
 use weir_core::time::Timestamp;
 
@@ -182,26 +182,7 @@ impl<T> ParquetFileSink<T> {
     fn commit(&self, writer: usize, checkpoint: u64, n: u32, token: &str) -> Result<()> {
         let from = self.path(&pending_name(writer, checkpoint, n, token));
         let to = self.path(&committed_name(writer, checkpoint, n));
-        match commit_no_replace(&from, &to) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Error::Config(format!(
-                "refusing to commit {}: {} already holds committed output of checkpoint {checkpoint} \
-                 of writer {writer}, written by another run (two runs writing into one output \
-                 directory, or a run restored from an older checkpoint or savepoint than the one \
-                 that committed it). Nothing was overwritten; the rows stay in {}. Give each \
-                 run its own output directory, or resume the run that wrote it",
-                from.display(),
-                to.display(),
-                from.display()
-            ))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && to.exists() => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::Config(format!(
-                "the pre-committed output file {} of checkpoint {checkpoint} is missing and was never \
-                 committed: that checkpoint's output is lost; restore from an earlier checkpoint",
-                from.display()
-            ))),
-            Err(e) => Err(Error::io(from.display(), e)),
-        }
+        commit_pending(&from, &to, writer, checkpoint, "rows")
     }
 
     /// Removes uncommitted files of the writers this subtask stands for; refuses committed

@@ -114,6 +114,39 @@ pub fn commit_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::remove_file(from)
 }
 
+/// Commits the pending file `from` of `writer`'s checkpoint `checkpoint` as `to`, never
+/// replacing a file: `to` existing already is an error naming both (another run's output),
+/// and `from` missing is fine only when `to` exists (committed before a crash). `unit` names
+/// what the file holds in messages ("records", "rows").
+pub fn commit_pending(
+    from: &Path,
+    to: &Path,
+    writer: usize,
+    checkpoint: u64,
+    unit: &str,
+) -> Result<()> {
+    match commit_no_replace(from, to) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Error::Config(format!(
+            "refusing to commit {}: {} already holds committed output of checkpoint {checkpoint} \
+             of writer {writer}, written by another run (two runs writing into one output \
+             directory, or a run restored from an older checkpoint or savepoint than the one \
+             that committed it). Nothing was overwritten; the {unit} stay in {}. Give each \
+             run its own output directory, or resume the run that wrote it",
+            from.display(),
+            to.display(),
+            from.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && to.exists() => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::Config(format!(
+            "the pre-committed output file {} of checkpoint {checkpoint} is missing and was never \
+             committed: that checkpoint's output is lost; restore from an earlier checkpoint",
+            from.display()
+        ))),
+        Err(e) => Err(Error::io(from.display(), e)),
+    }
+}
+
 /// True when both paths name one file (same device and inode).
 fn same_file(a: &Path, b: &Path) -> std::io::Result<bool> {
     #[cfg(unix)]
@@ -170,26 +203,7 @@ impl<T> ExactlyOnceFileSink<T> {
     fn commit(&self, writer: usize, checkpoint: u64, token: &str) -> Result<()> {
         let from = self.path(&pending_name(writer, checkpoint, token));
         let to = self.path(&committed_name(writer, checkpoint));
-        match commit_no_replace(&from, &to) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Error::Config(format!(
-                "refusing to commit {}: {} already holds committed output of checkpoint {checkpoint} \
-                 of writer {writer}, written by another run (two runs writing into one output \
-                 directory, or a run restored from an older checkpoint or savepoint than the one \
-                 that committed it). Nothing was overwritten; the records stay in {}. Give each \
-                 run its own output directory, or resume the run that wrote it",
-                from.display(),
-                to.display(),
-                from.display()
-            ))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && to.exists() => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::Config(format!(
-                "the pre-committed output file {} of checkpoint {checkpoint} is missing and was never \
-                 committed: that checkpoint's output is lost; restore from an earlier checkpoint",
-                from.display()
-            ))),
-            Err(e) => Err(Error::io(from.display(), e)),
-        }
+        commit_pending(&from, &to, writer, checkpoint, "records")
     }
 
     /// Removes uncommitted files of the writers this subtask stands for.
