@@ -31,22 +31,24 @@
 //! # Ok::<(), weir_objstore::Error>(())
 //! ```
 
+mod config;
 mod error;
+mod read;
 mod runtime;
 mod stats;
+mod upload;
 
+pub use config::set_options;
+use config::{CONNECT_TIMEOUT, configured, memory_store, retry_config, roots};
 pub use error::{Error, Result};
+pub use read::ObjectReader;
 pub use stats::{Stats, stats};
 
-use bytes::Bytes;
 use futures_util::StreamExt;
-use object_store::multipart::{MultipartStore, PartId};
+use object_store::multipart::MultipartStore;
 use object_store::path::Path as Key;
-use object_store::{ObjectStore, PutPayload, WriteMultipart};
-use std::collections::HashMap;
-use std::io::Read;
-use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use object_store::{ObjectStore, PutPayload};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a request is retried (with backoff) before the operation fails, unless
@@ -124,104 +126,6 @@ impl std::fmt::Debug for Store {
             .field("url", &self.inner.url)
             .finish()
     }
-}
-
-fn retry_config() -> object_store::RetryConfig {
-    let configured = options()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .find(|(k, _)| k == "weir_object_store_retry_secs")
-        .map(|(_, v)| v.clone());
-    let timeout = configured
-        .or_else(|| std::env::var("WEIR_OBJECT_STORE_RETRY_SECS").ok())
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64)
-        .unwrap_or(RETRY_TIMEOUT);
-    object_store::RetryConfig {
-        backoff: object_store::BackoffConfig {
-            init_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(5),
-            base: 2.0,
-        },
-        max_retries: 20,
-        retry_timeout: timeout,
-    }
-}
-
-/// A connection that is not up within this long counts as failed (and is retried), so a
-/// stopped server is noticed quickly.
-const CONNECT_TIMEOUT: &str = "5s";
-
-/// Settings given in code ([`set_options`]), applied over the environment's.
-fn options() -> &'static Mutex<Vec<(String, String)>> {
-    static OPTIONS: OnceLock<Mutex<Vec<(String, String)>>> = OnceLock::new();
-    OPTIONS.get_or_init(Default::default)
-}
-
-/// Sets options for every store opened afterwards in this process, over what the environment
-/// says: keys as `object_store` names them, the same as the environment variables in lower
-/// case (`aws_endpoint_url`, `aws_access_key_id`, `aws_secret_access_key`, `aws_region`,
-/// `aws_allow_http`, `google_service_account`, `azure_storage_account_name`, …), and
-/// `weir_object_store_retry_secs` for how long requests are retried. A key that
-/// does not belong to a store's kind is ignored by it; an unknown key fails
-/// [`Store::open`].
-///
-/// For programs that take credentials from their own configuration rather than the
-/// environment; a later call replaces the options of an earlier one.
-///
-/// ```
-/// weir_objstore::set_options([("aws_region", "eu-west-1")]);
-/// assert!(weir_objstore::Store::open("s3://bucket/prefix").is_ok());
-/// weir_objstore::set_options([("aws_no_such_key", "x")]);
-/// let e = weir_objstore::Store::open("s3://bucket/prefix").unwrap_err();
-/// assert!(e.to_string().contains("aws_no_such_key"), "{e}");
-/// weir_objstore::set_options(Vec::<(String, String)>::new());
-/// ```
-pub fn set_options<K: Into<String>, V: Into<String>>(options: impl IntoIterator<Item = (K, V)>) {
-    let new: Vec<(String, String)> = options
-        .into_iter()
-        .map(|(k, v)| (k.into().to_ascii_lowercase(), v.into()))
-        .collect();
-    *self::options().lock().unwrap_or_else(|p| p.into_inner()) = new;
-    roots().lock().unwrap_or_else(|p| p.into_inner()).clear();
-}
-
-/// The options of [`set_options`] whose keys start with one of `prefixes`, parsed as `C`.
-fn configured<C: std::str::FromStr>(prefixes: &[&str], url: &str) -> Result<Vec<(C, String)>>
-where
-    C::Err: std::fmt::Display,
-{
-    let all = options().lock().unwrap_or_else(|p| p.into_inner()).clone();
-    all.into_iter()
-        .filter(|(k, _)| prefixes.iter().any(|p| k.starts_with(p)))
-        .map(|(k, v)| {
-            k.parse::<C>().map(|c| (c, v)).map_err(|e| Error::Config {
-                url: url.to_string(),
-                message: format!("option '{k}': {e}"),
-            })
-        })
-        .collect()
-}
-
-/// Opened buckets, by `scheme://bucket` (emptied by [`set_options`]).
-fn roots() -> &'static Mutex<HashMap<String, Store>> {
-    static ROOTS: OnceLock<Mutex<HashMap<String, Store>>> = OnceLock::new();
-    ROOTS.get_or_init(Default::default)
-}
-
-/// The in-process stores of `memory://` URLs, by name.
-fn memory_store(name: &str) -> Arc<object_store::memory::InMemory> {
-    static STORES: OnceLock<Mutex<HashMap<String, Arc<object_store::memory::InMemory>>>> =
-        OnceLock::new();
-    let mut all = STORES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    all.entry(name.to_string())
-        .or_insert_with(|| Arc::new(object_store::memory::InMemory::new()))
-        .clone()
 }
 
 impl Store {
@@ -427,73 +331,6 @@ impl Store {
         Ok(())
     }
 
-    /// Uploads the local file `path` as object `name`, reading it once, streamed: one PUT up to
-    /// [`PART_SIZE`], a multipart upload with parts in parallel beyond. Returns its size and
-    /// CRC-32 as read. Readers see the whole object or none of it.
-    pub fn put_file(&self, name: &str, path: &Path) -> Result<(u64, u32)> {
-        let io = |e: std::io::Error| Error::Io {
-            op: "read",
-            path: path.display().to_string(),
-            source: e,
-        };
-        let mut file = std::fs::File::open(path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
-        let started = Instant::now();
-        if len <= PART_SIZE as u64 {
-            let mut bytes = Vec::with_capacity(len as usize);
-            file.read_to_end(&mut bytes).map_err(io)?;
-            let crc = crc32fast::hash(&bytes);
-            let n = bytes.len() as u64;
-            self.put(name, bytes)?;
-            return Ok((n, crc));
-        }
-        let store = self.inner.store.clone();
-        let key = self.key(name);
-        let (chunks_tx, mut chunks_rx) = tokio::sync::mpsc::channel::<Bytes>(PARTS_IN_FLIGHT);
-        // The upload runs on the runtime; this thread reads the file and hands it over in
-        // parts, so at most a few parts are in memory at once.
-        let upload = runtime::spawn(async move {
-            let upload = store.put_multipart(&key).await?;
-            let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
-            while let Some(chunk) = chunks_rx.recv().await {
-                writer.wait_for_capacity(PARTS_IN_FLIGHT).await?;
-                writer.put(chunk);
-            }
-            writer.finish().await.map(|_| ())
-        });
-        let mut crc = crc32fast::Hasher::new();
-        let mut size = 0u64;
-        let mut read_error = None;
-        loop {
-            let mut buf = vec![0u8; PART_SIZE];
-            let n = match read_full(&mut file, &mut buf) {
-                Ok(n) => n,
-                Err(e) => {
-                    read_error = Some(e);
-                    break;
-                }
-            };
-            if n == 0 {
-                break;
-            }
-            buf.truncate(n);
-            crc.update(&buf);
-            size += n as u64;
-            if chunks_tx.blocking_send(Bytes::from(buf)).is_err() {
-                break; // the upload failed: its error is reported below
-            }
-        }
-        if let Some(e) = read_error {
-            // Dropping the upload future aborts the multipart upload.
-            upload.abort();
-            return Err(io(e));
-        }
-        drop(chunks_tx);
-        upload.wait().map_err(|e| self.failed("upload", name, e))?;
-        stats::wrote(size, started.elapsed());
-        Ok((size, crc.finalize()))
-    }
-
     /// Reads object `name` whole; `None` when it does not exist.
     pub fn get(&self, name: &str) -> Result<Option<Vec<u8>>> {
         let store = self.inner.store.clone();
@@ -511,117 +348,6 @@ impl Store {
             stats::read(b.len() as u64, started.elapsed());
         }
         Ok(got.map(|b| b.to_vec()))
-    }
-
-    /// Streams object `name` into the local file `target` (created or truncated); returns
-    /// its size and CRC-32, or `None` when the object does not exist.
-    pub fn download(&self, name: &str, target: &Path) -> Result<Option<(u64, u32)>> {
-        self.stream(name, Some(target))
-    }
-
-    /// Streams object `name` through a CRC-32 without keeping it: its size and CRC-32, or
-    /// `None` when it does not exist.
-    pub fn checksum(&self, name: &str) -> Result<Option<(u64, u32)>> {
-        self.stream(name, None)
-    }
-
-    fn stream(&self, name: &str, target: Option<&Path>) -> Result<Option<(u64, u32)>> {
-        use std::io::Write;
-        let io = |path: &Path, e: std::io::Error| Error::Io {
-            op: "write",
-            path: path.display().to_string(),
-            source: e,
-        };
-        let mut out = match target {
-            Some(p) => Some(std::fs::File::create(p).map_err(|e| io(p, e))?),
-            None => None,
-        };
-        let store = self.inner.store.clone();
-        let key = self.key(name);
-        let (tx, rx) = std::sync::mpsc::sync_channel::<object_store::Result<Bytes>>(4);
-        let started = Instant::now();
-        let reading = runtime::spawn(async move {
-            let got = match store.get(&key).await {
-                Ok(r) => r,
-                Err(object_store::Error::NotFound { .. }) => return Ok(false),
-                Err(e) => return Err(e),
-            };
-            let mut body = got.into_stream();
-            while let Some(chunk) = body.next().await {
-                let failed = chunk.is_err();
-                // A blocking send on the runtime is fine here: the receiver is a thread
-                // that only waits for these chunks, and the channel is short.
-                if tx.send(chunk).is_err() || failed {
-                    break;
-                }
-            }
-            Ok(true)
-        });
-        let mut crc = crc32fast::Hasher::new();
-        let mut size = 0u64;
-        for chunk in rx {
-            let chunk = chunk.map_err(|e| self.failed("read", name, e))?;
-            crc.update(&chunk);
-            size += chunk.len() as u64;
-            if let (Some(f), Some(p)) = (out.as_mut(), target) {
-                f.write_all(&chunk).map_err(|e| io(p, e))?;
-            }
-        }
-        if !reading.wait().map_err(|e| self.failed("read", name, e))? {
-            if let Some(p) = target {
-                let _ = std::fs::remove_file(p);
-            }
-            return Ok(None);
-        }
-        if let (Some(f), Some(p)) = (out, target) {
-            f.sync_all().map_err(|e| io(p, e))?;
-        }
-        stats::read(size, started.elapsed());
-        Ok(Some((size, crc.finalize())))
-    }
-
-    /// A reader of object `name`, streamed (a few chunks in memory at a time); `None` when
-    /// the object does not exist. For input read once from start to end, such as a text
-    /// file source.
-    ///
-    /// ```
-    /// use std::io::BufRead;
-    /// let store = weir_objstore::Store::open("memory://reader-doc/in")?;
-    /// store.put("lines.txt", b"a,1\nb,2\n".to_vec())?;
-    /// let reader = std::io::BufReader::new(store.reader("lines.txt")?.expect("it exists"));
-    /// let lines: Vec<String> = reader.lines().collect::<Result<_, _>>().unwrap();
-    /// assert_eq!(lines, ["a,1", "b,2"]);
-    /// assert!(store.reader("missing")?.is_none());
-    /// # Ok::<(), weir_objstore::Error>(())
-    /// ```
-    pub fn reader(&self, name: &str) -> Result<Option<ObjectReader>> {
-        let store = self.inner.store.clone();
-        let key = self.key(name);
-        let got = runtime::block_on(async move {
-            match store.get(&key).await {
-                Ok(r) => Ok(Some(r)),
-                Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(e),
-            }
-        })
-        .map_err(|e| self.failed("read", name, e))?;
-        let Some(got) = got else { return Ok(None) };
-        let (tx, rx) = tokio::sync::mpsc::channel::<object_store::Result<Bytes>>(4);
-        // Ends when the body ends, fails, or the reader is dropped (the send fails).
-        drop(runtime::spawn(async move {
-            let mut body = got.into_stream();
-            while let Some(chunk) = body.next().await {
-                let failed = chunk.is_err();
-                if tx.send(chunk).await.is_err() || failed {
-                    break;
-                }
-            }
-        }));
-        Ok(Some(ObjectReader {
-            chunks: rx,
-            current: Bytes::new(),
-            url: self.url_of(name),
-        }))
     }
 
     /// Size and time of object `name`; `None` when it does not exist.
@@ -729,130 +455,6 @@ impl Store {
         })
         .map_err(|e| self.failed("delete", name, e))
     }
-
-    /// Starts a multipart upload of object `name`; returns its upload id, which
-    /// [`put_part`](Self::put_part), [`complete_upload`](Self::complete_upload) and
-    /// [`abort_upload`](Self::abort_upload) take, also from another process. Nothing is
-    /// visible under `name` until the upload is completed.
-    pub fn create_upload(&self, name: &str) -> Result<String> {
-        let mp = self.inner.multipart.clone();
-        let key = self.key(name);
-        runtime::block_on(async move { mp.create_multipart(&key).await })
-            .map_err(|e| self.failed("start an upload of", name, e))
-    }
-
-    /// Uploads part `index` (from 0; every part but the last at least 5 MiB on S3) of upload
-    /// `upload` of object `name`; returns the part's id for
-    /// [`complete_upload`](Self::complete_upload).
-    pub fn put_part(
-        &self,
-        name: &str,
-        upload: &str,
-        index: usize,
-        bytes: Vec<u8>,
-    ) -> Result<String> {
-        let mp = self.inner.multipart.clone();
-        let key = self.key(name);
-        let id = upload.to_string();
-        let n = bytes.len() as u64;
-        let started = Instant::now();
-        let part = runtime::block_on(async move {
-            mp.put_part(&key, &id, index, PutPayload::from(bytes)).await
-        })
-        .map_err(|e| self.failed("upload a part of", name, e))?;
-        stats::wrote(n, started.elapsed());
-        Ok(part.content_id)
-    }
-
-    /// Completes upload `upload` of object `name` from its parts' ids, in order: the object
-    /// appears whole.
-    pub fn complete_upload(&self, name: &str, upload: &str, parts: Vec<String>) -> Result<()> {
-        let mp = self.inner.multipart.clone();
-        let key = self.key(name);
-        let id = upload.to_string();
-        let parts = parts
-            .into_iter()
-            .map(|content_id| PartId { content_id })
-            .collect();
-        runtime::block_on(async move { mp.complete_multipart(&key, &id, parts).await.map(|_| ()) })
-            .map_err(|e| self.failed("complete the upload of", name, e))
-    }
-
-    /// Aborts upload `upload` of object `name`, deleting its parts; an upload the server no
-    /// longer knows is no error.
-    pub fn abort_upload(&self, name: &str, upload: &str) -> Result<()> {
-        let mp = self.inner.multipart.clone();
-        let key = self.key(name);
-        let id = upload.to_string();
-        runtime::block_on(async move {
-            match mp.abort_multipart(&key, &id).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                Err(e) if unknown_upload(&e) => Ok(()),
-                Err(e) => Err(e),
-            }
-        })
-        .map_err(|e| self.failed("abort the upload of", name, e))
-    }
-}
-
-/// True when `e` says the upload is unknown in a store that does not report it as
-/// `NotFound` (the in-memory store), so that aborting a finished upload is no error there
-/// either, as on S3.
-fn unknown_upload(e: &object_store::Error) -> bool {
-    matches!(e, object_store::Error::Generic { store: "InMemory", source }
-        if source.to_string().starts_with("MultipartUpload not found"))
-}
-
-/// A blocking reader of one object ([`Store::reader`]).
-pub struct ObjectReader {
-    chunks: tokio::sync::mpsc::Receiver<object_store::Result<Bytes>>,
-    current: Bytes,
-    url: String,
-}
-
-impl std::fmt::Debug for ObjectReader {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ObjectReader")
-            .field("url", &self.url)
-            .finish()
-    }
-}
-
-impl Read for ObjectReader {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.current.is_empty() {
-            match self.chunks.blocking_recv() {
-                Some(Ok(chunk)) => {
-                    stats::read(chunk.len() as u64, Duration::ZERO);
-                    self.current = chunk;
-                }
-                Some(Err(e)) => {
-                    return Err(std::io::Error::other(format!(
-                        "cannot read {}: {e}",
-                        self.url
-                    )));
-                }
-                None => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current.split_to(n));
-        Ok(n)
-    }
-}
-
-/// Reads until `buf` is full or the file ends; returns how much was read.
-fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match file.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(filled)
 }
 
 #[cfg(test)]
