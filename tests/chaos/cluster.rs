@@ -39,7 +39,8 @@ pub(super) struct Cluster<'a> {
 
 impl<'a> Cluster<'a> {
     pub(super) fn new(s: &'a Scenario) -> Self {
-        let logs = s.output.with_file_name("logs");
+        // In the scenario's own temporary directory (output may be an object-storage URL).
+        let logs = s._dir.path().join("logs");
         std::fs::create_dir_all(&logs).expect("log dir");
         Cluster {
             s,
