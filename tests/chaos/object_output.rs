@@ -51,7 +51,7 @@ fn sigkill_at_random_moments_with_output_on_s3() {
     let mut parts = Vec::new();
     for o in objects
         .iter()
-        .filter(|o| !o.name.starts_with(".weir-owner-"))
+        .filter(|o| !o.name.starts_with(".weir-owners/"))
     {
         assert!(
             o.name.starts_with("part-"),
@@ -72,7 +72,7 @@ fn sigkill_at_random_moments_with_output_on_s3() {
             .to_string_lossy()
             .into_owned();
         // Committed objects, and the lease records of the runs (one owner at a time).
-        if rel.starts_with("out/part-") || rel.starts_with("out/.weir-owner-") {
+        if rel.starts_with("out/part-") || rel.starts_with("out/.weir-owners/") {
             continue;
         }
         let written = f.metadata().unwrap().modified().unwrap();

@@ -106,7 +106,7 @@ fn committed_name(name: &str) -> Option<(usize, u64)> {
 fn committed(store: &weir_objstore::Store) -> View {
     let mut out = BTreeMap::new();
     for o in store.list("").map_err(|e| e.to_string())? {
-        if o.name.starts_with("_uploads/") || o.name.starts_with(".weir-owner-") {
+        if o.name.starts_with("_uploads/") || o.name.starts_with(".weir-owners/") {
             continue;
         }
         if committed_name(&o.name).is_none() {
@@ -239,9 +239,9 @@ fn parquet_on_s3_through_a_failure_commits_every_row_exactly_once() {
     let files: Vec<String> = server
         .files(s3::BUCKET, prefix)
         .iter()
-        .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
         // The run's lease records on the prefix (one owner at a time) stay, as in a directory.
-        .filter(|n| !n.starts_with(".weir-owner-"))
+        .filter(|f| !f.parent().is_some_and(|d| d.ends_with(".weir-owners")))
+        .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
     assert_eq!(
         files,

@@ -321,7 +321,7 @@ mod on_object_storage {
         std::thread::sleep(LEASE * 2);
         first.verify().unwrap();
         let store = weir_objstore::Store::open(dir.to_str().unwrap()).unwrap();
-        let records = store.list(".weir-owner-").unwrap();
+        let records = store.list(".weir-owners/").unwrap();
         assert!(!records.is_empty() && records.len() <= 3, "{records:?}");
         drop(first);
         acquire(&dir).unwrap().verify().unwrap();
@@ -356,7 +356,7 @@ mod on_object_storage {
             );
             // Losers removed their objects: a winner's record is the only one of its number.
             let store = weir_objstore::Store::open(dir.to_str().unwrap()).unwrap();
-            let at_seq = store.list(&format!(".weir-owner-{seq:020}-")).unwrap();
+            let at_seq = store.list(&format!(".weir-owners/{seq:020}-")).unwrap();
             assert_eq!(
                 at_seq.len(),
                 usize::from(winners.contains(&true)),
@@ -375,7 +375,7 @@ mod on_object_storage {
         // that sorts first.
         let stray = serde_json::to_vec(&foreign(1, "elsewhere", 1)).unwrap();
         store
-            .put(&format!(".weir-owner-{seq:020}-0000"), stray)
+            .put(&format!(".weir-owners/{seq:020}-0000"), stray)
             .unwrap();
         run.verify().unwrap();
         drop(run);

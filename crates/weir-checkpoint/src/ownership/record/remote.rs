@@ -1,6 +1,8 @@
 //! Owner records on object storage, where there is no exclusive create.
 //!
-//! Record `seq` of a run is the object `.weir-owner-<seq as 20 digits>-<token>`. To create
+//! Record `seq` of a run is the object `.weir-owners/<seq as 20 digits>-<token>`: a level of
+//! its own, so that reading the records lists only them (an output prefix may hold
+//! thousands of committed objects, and a run reads its records at every renewal). To create
 //! it exclusively, a run writes its object and then lists every object of that number: it
 //! has created the record when its own is the only one, and otherwise deletes its own and
 //! reports the number taken. Of two runs writing the same number, at most one sees only
@@ -16,7 +18,7 @@
 //! run that created the record always recognises its own: a stray loser can delay a
 //! take-over, never hand the directory to two runs.
 
-use super::{OwnerRecord, PREFIX, Seen};
+use super::{OwnerRecord, Seen};
 use crate::error::Result;
 use std::path::Path;
 use weir_objstore::Store;
@@ -25,15 +27,18 @@ fn store(dir: &Path) -> Result<Store> {
     crate::storage::remote::open(dir)
 }
 
+/// The level of the owner records on object storage.
+pub(crate) const RECORDS: &str = ".weir-owners/";
+
 fn object(seq: u64, token: &str) -> String {
-    format!("{PREFIX}{seq:020}-{token}")
+    format!("{RECORDS}{seq:020}-{token}")
 }
 
 /// `(seq, token, modified_ms)` of every record object.
 fn records(store: &Store) -> Result<Vec<(u64, String, i64)>> {
     let mut out = Vec::new();
-    for o in store.list(PREFIX)? {
-        let Some(rest) = o.name.strip_prefix(PREFIX) else {
+    for o in store.list(RECORDS)? {
+        let Some(rest) = o.name.strip_prefix(RECORDS) else {
             continue;
         };
         let Some((digits, token)) = rest.split_once('-') else {
