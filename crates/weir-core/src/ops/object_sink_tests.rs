@@ -1,4 +1,5 @@
 use super::*;
+use std::time::Duration;
 
 type Sink = ExactlyOnceObjectSink<String>;
 
