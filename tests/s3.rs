@@ -164,6 +164,17 @@ impl Server {
             .collect()
     }
 
+    /// The names (last part) of the objects under `prefix` of `bucket`, as the server stores
+    /// them, without the lease records of the runs that owned the prefix (`.weir-owners/`,
+    /// which stay, as in a directory).
+    pub fn object_names(&self, bucket: &str, prefix: &str) -> Vec<String> {
+        self.files(bucket, prefix)
+            .iter()
+            .filter(|f| !f.parent().is_some_and(|d| d.ends_with(".weir-owners")))
+            .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+            .collect()
+    }
+
     /// The objects under `prefix` of `bucket`, as the server's files: the filesystem
     /// provider keeps each object as a file (for checks that must not go through weir).
     pub fn files(&self, bucket: &str, prefix: &str) -> Vec<PathBuf> {
