@@ -66,9 +66,18 @@ fn duplicates_in_the_input_are_applied_once() {
     }
     let total = input.len();
     let env = Env::new().parallelism(2);
+    // Copies of one key reach both subtasks, so one may find the key being applied by the
+    // other ("being applied right now") and retry until that transaction ends: give it
+    // retries enough for a loaded machine (up to about 2 s), where 4 fast ones ran out.
+    let patient = RetryPolicy {
+        base: Duration::from_millis(1),
+        cap: Duration::from_millis(50),
+        max_attempts: 40,
+        ..RetryPolicy::default()
+    };
     env.from_iter(input)
         .rebalance()
-        .sink(&op, credits(&s.name).make());
+        .sink(&op, credits(&s.name).retry(patient).make());
     run(&env).unwrap();
     let ledger = s.ledger_counts();
     assert_eq!(ledger.len(), 40);
