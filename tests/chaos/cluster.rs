@@ -203,6 +203,28 @@ pub(super) fn expect_success(child: &mut Child, log: &Path, what: &str) {
     assert!(status.success(), "{what} failed: {status}\n{}", read(log));
 }
 
+/// After a stop with a savepoint: waits for the coordinator and the workers to exit 0 and
+/// returns the savepoint's path, as the coordinator logged it.
+pub(super) fn stopped_with_savepoint(
+    coord: &mut Child,
+    coord_log: &Path,
+    workers: Vec<(Child, PathBuf)>,
+) -> String {
+    expect_success(
+        coord,
+        coord_log,
+        "the coordinator stopping with a savepoint",
+    );
+    for (mut w, log) in workers {
+        expect_success(&mut w, &log, "a worker");
+    }
+    let log = read(coord_log);
+    log.lines()
+        .find_map(|l| l.strip_prefix("stopped with savepoint "))
+        .unwrap_or_else(|| panic!("no savepoint path in the log:\n{log}"))
+        .to_string()
+}
+
 /// Starts workers one after the other (so their ids follow), with 2, 1 and 1 slots: four
 /// slots for parallelism 4, none to spare.
 pub(super) fn start_workers(cl: &mut Cluster<'_>, coord_log: &Path) -> Vec<(Child, PathBuf)> {
@@ -370,20 +392,7 @@ fn savepoint_stop_and_cancel_go_through_the_coordinator() {
         &cl.web,
         &["savepoint", "--stop", "--secret-file", secret_arg],
     );
-    expect_success(
-        &mut coord,
-        &coord_log,
-        "the coordinator stopping with a savepoint",
-    );
-    for (mut w, log) in workers {
-        expect_success(&mut w, &log, "a worker");
-    }
-    let log = read(&coord_log);
-    let savepoint = log
-        .lines()
-        .find_map(|l| l.strip_prefix("stopped with savepoint "))
-        .unwrap_or_else(|| panic!("no savepoint path in the log:\n{log}"))
-        .to_string();
+    let savepoint = stopped_with_savepoint(&mut coord, &coord_log, workers);
     assert_eq!(
         said.trim(),
         savepoint,

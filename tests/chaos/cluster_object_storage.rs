@@ -7,7 +7,9 @@
 //! on the same server, except for the savepoint test's local directory) holds every key's
 //! prefix sums exactly once.
 
-use super::cluster::{Cluster, expect_success, read, wait_log, weir_cluster_output};
+use super::cluster::{
+    Cluster, expect_success, read, stopped_with_savepoint, wait_log, weir_cluster_output,
+};
 use super::object_storage::{complete_on_server, prefix_of};
 use crate::harness::{Scenario, wait_for};
 use std::path::{Path, PathBuf};
@@ -61,13 +63,7 @@ fn state_stored_by_workers(server: &s3::Server, prefix: &str) -> u64 {
         let coordinator = m["objects"].as_str().expect("the manifest's writer token");
         let dir = meta.parent().expect("the checkpoint's directory");
         let mut own = 0;
-        for f in m["operators"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|o| o["subtasks"].as_array().unwrap())
-            .flat_map(|s| s["files"].as_array().unwrap())
-        {
+        for f in files_of(&m) {
             if f["shared"].as_bool().unwrap_or(false) {
                 continue;
             }
@@ -115,6 +111,16 @@ fn check_output_on(server: &s3::Server, s: &Scenario) {
     }
     assert!(!parts.is_empty(), "no committed object below {prefix}");
     s.check_parts(parts);
+}
+
+/// Every file entry of a manifest read as JSON.
+fn files_of(m: &serde_json::Value) -> impl Iterator<Item = &serde_json::Value> {
+    m["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|o| o["subtasks"].as_array().unwrap())
+        .flat_map(|s| s["files"].as_array().unwrap())
 }
 
 #[test]
@@ -260,20 +266,7 @@ fn a_savepoint_of_a_cluster_on_s3_is_self_contained_and_resumes_exactly() {
         "{}",
         String::from_utf8_lossy(&said.stderr)
     );
-    expect_success(
-        &mut coord,
-        &coord_log,
-        "the coordinator stopping with a savepoint",
-    );
-    for (mut w, log) in workers {
-        expect_success(&mut w, &log, "a worker");
-    }
-    let log = read(&coord_log);
-    let savepoint = log
-        .lines()
-        .find_map(|l| l.strip_prefix("stopped with savepoint "))
-        .unwrap_or_else(|| panic!("no savepoint path in the log:\n{log}"))
-        .to_string();
+    let savepoint = stopped_with_savepoint(&mut coord, &coord_log, workers);
     // On the server: the savepoint's manifest lists only its own objects, all under its
     // prefix (copied there on the server), and the workers' objects of its id are gone.
     let name = savepoint.rsplit('/').next().unwrap().to_string();
@@ -287,13 +280,7 @@ fn a_savepoint_of_a_cluster_on_s3_is_self_contained_and_resumes_exactly() {
         serde_json::from_str(&std::fs::read_to_string(meta).unwrap()).unwrap();
     let token = m["objects"].as_str().unwrap();
     let mut listed = 0;
-    for f in m["operators"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|o| o["subtasks"].as_array().unwrap())
-        .flat_map(|s| s["files"].as_array().unwrap())
-    {
+    for f in files_of(&m) {
         listed += 1;
         assert!(
             f.get("objects").is_none() && !f["shared"].as_bool().unwrap_or(false),
