@@ -69,6 +69,26 @@ pub fn shared() -> &'static Server {
     })
 }
 
+/// True for the name of a write the server has in progress: S3Proxy's filesystem provider
+/// writes an object to `<name>-<UUID>` beside it and renames it into place, and its
+/// listings show that file for the moment it exists (S3 never shows one). A reader that
+/// watches objects appear skips these; every other name counts.
+pub fn is_server_temporary(name: &str) -> bool {
+    let Some((_, tail)) = name.len().checked_sub(36).map(|i| name.split_at(i)) else {
+        return false;
+    };
+    let dashed = [8, 13, 18, 23];
+    name.len() > 37
+        && name.as_bytes()[name.len() - 37] == b'-'
+        && tail.bytes().enumerate().all(|(i, b)| {
+            if dashed.contains(&i) {
+                b == b'-'
+            } else {
+                b.is_ascii_hexdigit()
+            }
+        })
+}
+
 /// A fresh `s3://weir-tests/<test>-<unique>` prefix on the shared server.
 pub fn url(test: &str) -> String {
     shared();
@@ -220,5 +240,25 @@ impl Drop for Server {
                 .env("WEIR_S3_DIR", &self.dir)
                 .output();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn server_temporaries_are_told_from_objects() {
+        assert!(super::is_server_temporary(
+            "part-0-00000000000000000005-fad25135-83cd-4e82-81e3-50b151cb8f6d"
+        ));
+        assert!(!super::is_server_temporary("part-0-00000000000000000005"));
+        assert!(!super::is_server_temporary(
+            "part-0-00000000000000000005.parquet"
+        ));
+        assert!(!super::is_server_temporary(
+            "fad25135-83cd-4e82-81e3-50b151cb8f6d"
+        ));
+        assert!(!super::is_server_temporary(
+            "part-0-1-fad25135x83cd-4e82-81e3-50b151cb8f6d"
+        ));
     }
 }

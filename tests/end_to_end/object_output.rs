@@ -14,6 +14,7 @@ fn committed(store: &weir_objstore::Store) -> BTreeMap<String, String> {
         .list("part-")
         .unwrap()
         .into_iter()
+        .filter(|o| !s3::is_server_temporary(&o.name))
         .map(|o| {
             let bytes = store.get(&o.name).unwrap().expect("listed object");
             (o.name, String::from_utf8(bytes).unwrap())

@@ -106,7 +106,10 @@ fn committed_name(name: &str) -> Option<(usize, u64)> {
 fn committed(store: &weir_objstore::Store) -> View {
     let mut out = BTreeMap::new();
     for o in store.list("").map_err(|e| e.to_string())? {
-        if o.name.starts_with("_uploads/") || o.name.starts_with(".weir-owners/") {
+        if o.name.starts_with("_uploads/")
+            || o.name.starts_with(".weir-owners/")
+            || s3::is_server_temporary(&o.name)
+        {
             continue;
         }
         if committed_name(&o.name).is_none() {
