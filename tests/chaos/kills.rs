@@ -89,8 +89,7 @@ fn rescale_from_savepoint_2_to_1_to_3() {
     wait_for("a first checkpoint", Duration::from_secs(30), || {
         has_complete_checkpoint(&s.checkpoints)
     });
-    std::fs::write(s.checkpoints.join(weir::SAVEPOINT_REQUEST_FILE), "stop")
-        .expect("request savepoint");
+    weir_tests::operator::request_savepoint(&s.checkpoints, "stop");
     let status = wait_within(&mut child, Duration::from_secs(30));
     let out = child.wait_with_output().expect("file_sum output");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -72,11 +72,7 @@ fn a_savepoint_that_fails_or_dies_while_written_leaves_no_directory() {
     wait_for("a first checkpoint", Duration::from_secs(30), || {
         has_complete_checkpoint(&s.checkpoints)
     });
-    std::fs::write(
-        s.checkpoints.join(weir::SAVEPOINT_REQUEST_FILE),
-        "savepoint",
-    )
-    .expect("request a savepoint");
+    weir_tests::operator::request_savepoint(&s.checkpoints, "savepoint");
     wait_for("the savepoint to fail", Duration::from_secs(30), || {
         err.lock()
             .expect("stderr log")
@@ -114,11 +110,7 @@ fn a_savepoint_that_fails_or_dies_while_written_leaves_no_directory() {
         Duration::from_secs(30),
         || latest_checkpoint(&s.checkpoints).is_some_and(|id| id > first_run),
     );
-    std::fs::write(
-        s.checkpoints.join(weir::SAVEPOINT_REQUEST_FILE),
-        "savepoint",
-    )
-    .expect("request a savepoint");
+    weir_tests::operator::request_savepoint(&s.checkpoints, "savepoint");
     let status = wait_within(&mut child, Duration::from_secs(30));
     assert_eq!(
         status.signal(),

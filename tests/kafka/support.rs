@@ -612,5 +612,5 @@ pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
 /// `weir savepoint stop DIR` does).
 #[allow(dead_code)]
 pub fn request_stop(dir: &std::path::Path) {
-    std::fs::write(dir.join(weir::SAVEPOINT_REQUEST_FILE), "stop").expect("request savepoint");
+    weir_tests::operator::request_savepoint(dir, "stop");
 }

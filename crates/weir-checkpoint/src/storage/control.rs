@@ -38,7 +38,9 @@ impl CheckpointStorage {
         written
     }
 
-    /// Reads control file `name` and removes it; `None` when there is none.
+    /// Reads control file `name` and removes it; `None` when there is none, or when the file
+    /// is empty and less than a second old (created by hand and not yet written: it is taken
+    /// on a later look, whole).
     pub fn take_control(&self, name: &str) -> Result<Option<Vec<u8>>> {
         check_name(name)?;
         if let Some(store) = self.remote() {
@@ -54,6 +56,12 @@ impl CheckpointStorage {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Error::io("read", path, e)),
         };
+        if bytes.is_empty() && just_created(&path) {
+            // Written by hand (`echo stop > DIR/_savepoint_request`): the shell creates the
+            // file before it writes, and a reader in between sees it empty. Left for the
+            // next look; an empty file that stays empty is taken as it is.
+            return Ok(None);
+        }
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(Some(bytes)),
             // Taken by someone else meanwhile.
@@ -79,6 +87,18 @@ impl CheckpointStorage {
     }
 }
 
+/// How long an empty control file is taken for one still being written.
+const EMPTY_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether `path` was modified less than [`EMPTY_GRACE`] ago.
+fn just_created(path: &std::path::Path) -> bool {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age < EMPTY_GRACE)
+}
+
 fn check_name(name: &str) -> Result<()> {
     if !name.starts_with('_') {
         return Err(Error::InvalidConfig(format!(
@@ -86,4 +106,50 @@ fn check_name(name: &str) -> Result<()> {
         )));
     }
     validate_file_name(name.trim_start_matches('_'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tried as an operator would from a shell: `echo stop > DIR/_savepoint_request` creates
+    /// the file before it writes. A look in between leaves the empty file; the next look
+    /// takes the whole request.
+    #[test]
+    fn a_request_caught_between_create_and_write_is_taken_whole_later() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = CheckpointStorage::open(tmp.path()).unwrap();
+        let path = tmp.path().join("_savepoint_request");
+        std::fs::File::create(&path).unwrap();
+        assert_eq!(storage.take_control("_savepoint_request").unwrap(), None);
+        assert!(path.exists(), "the empty request was removed");
+        std::fs::write(&path, "stop\n").unwrap();
+        assert_eq!(
+            storage
+                .take_control("_savepoint_request")
+                .unwrap()
+                .as_deref(),
+            Some(&b"stop\n"[..])
+        );
+        assert!(!path.exists());
+    }
+
+    /// An empty file older than the grace is a request as it is (a plain savepoint).
+    #[test]
+    fn an_empty_request_that_stays_empty_is_taken() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = CheckpointStorage::open(tmp.path()).unwrap();
+        let path = tmp.path().join("_savepoint_request");
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_modified(std::time::SystemTime::now() - 2 * EMPTY_GRACE)
+            .unwrap();
+        drop(f);
+        assert_eq!(
+            storage
+                .take_control("_savepoint_request")
+                .unwrap()
+                .as_deref(),
+            Some(&b""[..])
+        );
+    }
 }
