@@ -6,6 +6,7 @@
 //! the runtime crate executes what this crate describes.
 #![deny(missing_docs)]
 
+pub mod changelog;
 pub mod checkpoint;
 pub mod codec;
 pub mod data;
@@ -31,6 +32,7 @@ pub use error::{Error, Result};
 
 /// Everything a pipeline author needs, in one import.
 pub mod prelude {
+    pub use crate::changelog::Change;
     pub use crate::data::{Data, Key};
     pub use crate::dsl::{
         ConnectedStreams, GeneratorSource, JoinedStreams, KeyedConnectedStreams, KeyedStream,
