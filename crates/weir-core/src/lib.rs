@@ -2,10 +2,12 @@
 //!
 //! The typed DSL ([`dsl`]), the logical graph ([`graph`]), operators ([`ops`], [`window`]),
 //! keyed state handles ([`state`]), event time ([`time`], [`watermark`], [`timer`]) and the
-//! in-process data exchange ([`exchange`]). No async runtime, no RocksDB, no Kafka here:
-//! the runtime crate executes what this crate describes.
+//! in-process data exchange ([`exchange`]). No RocksDB, no Kafka here: the runtime crate
+//! executes what this crate describes. The one async runtime is the process's runtime for
+//! async I/O requests ([`async_io`]), which only runs the futures of `map_async` calls.
 #![deny(missing_docs)]
 
+pub mod async_io;
 pub mod changelog;
 pub mod checkpoint;
 pub mod codec;
@@ -32,6 +34,7 @@ pub use error::{Error, Result};
 
 /// Everything a pipeline author needs, in one import.
 pub mod prelude {
+    pub use crate::async_io::{AsyncFunction, AsyncOptions, OutputOrder};
     pub use crate::changelog::Change;
     pub use crate::data::{Data, Key};
     pub use crate::dsl::{

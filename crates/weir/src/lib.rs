@@ -21,7 +21,8 @@ use std::ops::Deref;
 use std::time::Duration;
 
 pub use weir_core::{
-    Error, Result, codec, data, dlq, dsl, error, exchange, graph, ids, metrics, ops, output, retry,
+    Error, Result, async_io, codec, data, dlq, dsl, error, exchange, graph, ids, metrics, ops,
+    output, retry,
     state, time, timer, watermark, window,
 };
 pub use weir_runtime::logging;
