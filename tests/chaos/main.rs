@@ -7,6 +7,7 @@
 //!
 //! Sizes are those the CI runs; `WEIR_SOAK=1` multiplies the number of kills by 10.
 
+mod async_io;
 mod bounded;
 mod cluster;
 mod cluster_object_storage;

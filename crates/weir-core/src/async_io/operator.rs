@@ -119,13 +119,35 @@ impl<T: Data, O: Data> Checkpointed for Hooks<T, O> {
         tracing::debug!(checkpoint = id.0, in_flight, "async I/O stores its in-flight records");
         Ok(OperatorSnapshot {
             operator: Some(crate::codec::encode(&state)?),
-            description: Some(format!(
-                "async I/O: {in_flight} requests in flight, {} results waiting",
-                state.records.len() - in_flight
-            )),
+            description: Some(describe(&state.records, in_flight)),
             ..Default::default()
         })
     }
+}
+
+/// Records listed by name in a checkpoint's description, at most.
+const DESCRIBED: usize = 100;
+
+/// The summary `weir checkpoints inspect` shows: the counts, and the first records in
+/// flight as a JSON array (so an operator can see which requests a restore re-issues).
+fn describe<T: Serialize, O>(records: &[(u32, Stored<&T, &O>)], in_flight: usize) -> String {
+    let listed: Vec<serde_json::Value> = records
+        .iter()
+        .filter_map(|(_, s)| match s {
+            Stored::Pending(t, _) => serde_json::to_value(t).ok(),
+            Stored::Done(..) => None,
+        })
+        .take(DESCRIBED)
+        .collect();
+    let more = match in_flight.saturating_sub(listed.len()) {
+        0 => String::new(),
+        n => format!(" (and {n} more)"),
+    };
+    format!(
+        "async I/O: {in_flight} requests in flight, {} results waiting; in flight: {}{more}",
+        records.len() - in_flight,
+        serde_json::Value::Array(listed)
+    )
 }
 
 /// What a request's task sends back.
@@ -265,7 +287,8 @@ impl<T: Data, O: Data> AsyncOp<T, O> {
                 checkpoint = r.checkpoint.map(|c| c.0),
                 reissued = in_flight,
                 waiting = restored.len() - in_flight,
-                "async I/O issues again the requests that were in flight at the checkpoint"
+                "async I/O issues again the {in_flight} requests in flight at checkpoint {}",
+                r.checkpoint.map_or(0, |c| c.0)
             );
             op.core.borrow_mut().backlog = restored.into();
             op.admit_backlog()?;
