@@ -119,9 +119,10 @@ fn parse_line(line: &str) -> weir::Result<(String, i64)> {
     let (id, value) = line
         .split_once(',')
         .ok_or_else(|| Error::Malformed(format!("expected `id,value`, got `{line}`")))?;
-    let value = value.trim().parse::<i64>().map_err(|e| {
-        Error::Malformed(format!("the value of `{line}` is not an i64: {e}"))
-    })?;
+    let value = value
+        .trim()
+        .parse::<i64>()
+        .map_err(|e| Error::Malformed(format!("the value of `{line}` is not an i64: {e}")))?;
     Ok((id.trim().to_string(), value))
 }
 
@@ -151,8 +152,11 @@ fn main() -> anyhow::Result<()> {
     };
     // A call retried after a lost connection or a 5xx answer; each call may take the
     // service's latency plus 30 s over all its attempts.
-    let opts = AsyncOptions::new(args.capacity, Duration::from_millis(args.service_latency_ms) + Duration::from_secs(30))
-        .retry(RetryPolicy::default());
+    let opts = AsyncOptions::new(
+        args.capacity,
+        Duration::from_millis(args.service_latency_ms) + Duration::from_secs(30),
+    )
+    .retry(RetryPolicy::default());
     lines
         .parallelism(1)
         .uid("file-source")

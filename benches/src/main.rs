@@ -27,6 +27,7 @@
 //! prints events, elapsed, events_per_sec, the CPU seconds the process used (generator
 //! included), events per core-second, and `results` (records the query emitted).
 
+mod async_io;
 mod cluster;
 mod jobs;
 
@@ -54,6 +55,9 @@ enum Job {
     Recovery(RecoveryArgs),
     /// One Nexmark query over a bounded generated stream (q0-q9, q11, q14, q17-q22).
     Nexmark(NexmarkArgs),
+    /// generator → map_async against a service with a fixed latency → count: throughput
+    /// next to the capacity bound (capacity × parallelism ÷ latency).
+    AsyncIo(AsyncIoArgs),
     /// A worker of `keyed-sum --workers N`, started by the coordinating weir-bench.
     #[command(hide = true)]
     ClusterWorker(WorkerArgs),
@@ -73,6 +77,28 @@ struct KeyedSumArgs {
     /// Address the coordinator listens on (default: a free port on 127.0.0.1).
     #[arg(long)]
     listen: Option<String>,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct AsyncIoArgs {
+    /// Requests in flight per subtask, at most.
+    #[arg(long, default_value_t = 1000)]
+    capacity: usize,
+    /// The service's answer time in milliseconds.
+    #[arg(long, default_value_t = 10)]
+    latency_ms: u64,
+    /// Records to send through.
+    #[arg(long, default_value_t = 1_000_000)]
+    records: u64,
+    /// Subtasks of the async operator.
+    #[arg(long, default_value_t = 1)]
+    parallelism: usize,
+    /// Emit results as they complete instead of in input order.
+    #[arg(long)]
+    unordered: bool,
+    /// The service: in this process on the runtime's timer, or HTTP on loopback.
+    #[arg(long, value_enum, default_value_t = async_io::Service::Local)]
+    service: async_io::Service,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -365,6 +391,31 @@ fn main() -> ExitCode {
         Job::WindowCount(a) => ("window-count", a),
         Job::Nexmark(n) => return nexmark(n),
         Job::ClusterWorker(w) => return cluster_worker(w),
+        Job::AsyncIo(a) => {
+            if a.capacity == 0 || a.latency_ms == 0 || a.parallelism == 0 {
+                eprintln!(
+                    "weir-bench: --capacity, --latency-ms and --parallelism must be at least 1"
+                );
+                return ExitCode::from(2);
+            }
+            return match async_io::run(
+                a.records,
+                a.capacity,
+                a.latency_ms,
+                a.parallelism,
+                a.unordered,
+                a.service,
+            ) {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("weir-bench: async-io failed: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Job::Recovery(r) => {
             return match jobs::recovery(r.keys, r.value_bytes, r.parallelism, &r.checkpoint_dir) {
                 Ok(line) => {
@@ -434,7 +485,7 @@ fn main() -> ExitCode {
             jobs::keyed_sum(a.job.events, a.job.keys, &setup).map_err(Into::into)
         }
         Job::WindowCount(ref a) => jobs::window_count(a.events, a.keys, &setup).map_err(Into::into),
-        Job::Recovery(_) | Job::Nexmark(_) | Job::ClusterWorker(_) => {
+        Job::Recovery(_) | Job::Nexmark(_) | Job::ClusterWorker(_) | Job::AsyncIo(_) => {
             unreachable!("handled above")
         }
     };

@@ -66,7 +66,10 @@ fn in_flight_at_latest(ck: &Path) -> Option<(u64, BTreeSet<String>)> {
     let mut ids = BTreeSet::new();
     for st in &op.subtasks {
         let text = st.operator_state.as_ref()?.as_str()?.to_string();
-        assert!(!text.contains("more)"), "every in-flight record is listed: {text}");
+        assert!(
+            !text.contains("more)"),
+            "every in-flight record is listed: {text}"
+        );
         let list = text.split("in flight: ").nth(1)?;
         let records: Vec<(String, i64)> = serde_json::from_str(list).expect("in-flight records");
         ids.extend(records.into_iter().map(|(id, _)| id));
@@ -81,7 +84,10 @@ fn check_exactly_once(dir: &Path, expected: &[String]) {
         *counts.entry(l.split(',').next().unwrap()).or_default() += 1;
     }
     let repeated: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(repeated.is_empty(), "ids committed more than once: {repeated:?}");
+    assert!(
+        repeated.is_empty(),
+        "ids committed more than once: {repeated:?}"
+    );
     assert_eq!(got.len(), expected.len(), "lines lost");
     assert_eq!(got, expected);
 }
@@ -107,9 +113,11 @@ fn enrich_async_killed_with_calls_in_flight_resumes_exactly_once_at_another_para
         .spawn()
         .expect("start enrich_async");
     let ck = dir.path().join("ck");
-    wait_for("a checkpoint with calls in flight", Duration::from_secs(60), || {
-        in_flight_at_latest(&ck).is_some_and(|(id, ids)| id >= 2 && !ids.is_empty())
-    });
+    wait_for(
+        "a checkpoint with calls in flight",
+        Duration::from_secs(60),
+        || in_flight_at_latest(&ck).is_some_and(|(id, ids)| id >= 2 && !ids.is_empty()),
+    );
     first.kill().expect("SIGKILL enrich_async");
     let status = first.wait().expect("wait for the killed run");
     assert!(!status.success(), "the first run was killed, not finished");
@@ -143,12 +151,18 @@ fn enrich_async_killed_with_calls_in_flight_resumes_exactly_once_at_another_para
     // The resumed run issued the stored calls again, and said so.
     let after: BTreeSet<String> = requested(dir.path(), "run2.log").into_iter().collect();
     let missing: Vec<_> = in_flight.difference(&after).collect();
-    assert!(missing.is_empty(), "calls in flight at the checkpoint not made again: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "calls in flight at the checkpoint not made again: {missing:?}"
+    );
     let reissued: usize = log2
         .lines()
         .filter_map(|l| l.split("async I/O issues again the ").nth(1))
         .map(|rest| {
-            assert!(rest.contains(&format!("at checkpoint {checkpoint}")), "{rest}");
+            assert!(
+                rest.contains(&format!("at checkpoint {checkpoint}")),
+                "{rest}"
+            );
             rest.split(' ').next().unwrap().parse::<usize>().unwrap()
         })
         .sum();
@@ -175,5 +189,8 @@ fn enrich_async_writes_every_line_once_and_keeps_to_its_capacity() {
         .and_then(|rest| rest.split(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("the service's figures are in the log:\n{log}"));
-    assert!((1..=10).contains(&max), "at most {max} calls in flight at once");
+    assert!(
+        (1..=10).contains(&max),
+        "at most {max} calls in flight at once"
+    );
 }

@@ -77,7 +77,10 @@ fn unordered_results_leave_as_their_calls_finish() {
         })
         .collect();
     run(&env).unwrap();
-    assert_eq!(out.values(), (0..20).rev().map(|i| i * 10).collect::<Vec<_>>());
+    assert_eq!(
+        out.values(),
+        (0..20).rev().map(|i| i * 10).collect::<Vec<_>>()
+    );
 }
 
 /// Records 1..=20 at timestamps 1..=20, a watermark after each; calls finish in reverse,
@@ -87,7 +90,11 @@ fn windows_after_async(unordered: bool) -> (Vec<((String, i64), Timestamp)>, Vec
     let env = Env::new().parallelism(1);
     let input: Vec<((String, i64), Timestamp)> = (1..=20).map(|t| (kv("k", t), t)).collect();
     let calls = Reverse::new(20);
-    let o = if unordered { opts(20).unordered() } else { opts(20) };
+    let o = if unordered {
+        opts(20).unordered()
+    } else {
+        opts(20)
+    };
     let late = OutputTag::<(String, i64)>::new("late");
     let sums = event_time(&env, input, 0)
         .map_async(o, move |(k, v): (String, i64)| {
@@ -153,7 +160,10 @@ fn the_timeout_handler_decides_what_a_timed_out_call_emits() {
     let env = Env::new().parallelism(2);
     let out = env
         .from_collection((1..=8i64).collect::<Vec<_>>())
-        .process_async(AsyncOptions::new(10, Duration::from_millis(300)), HalfAnswered)
+        .process_async(
+            AsyncOptions::new(10, Duration::from_millis(300)),
+            HalfAnswered,
+        )
         .collect();
     run(&env).unwrap();
     // 5 timed out and its handler emitted nothing.
@@ -167,10 +177,13 @@ fn the_timeout_handler_decides_what_a_timed_out_call_emits() {
 fn a_timeout_without_a_handler_fails_the_job_and_says_what_to_do() {
     let env = Env::new().parallelism(1);
     env.from_collection(vec![1i64])
-        .map_async(AsyncOptions::new(4, Duration::from_millis(100)), |n| async move {
-            std::future::pending::<()>().await;
-            n
-        })
+        .map_async(
+            AsyncOptions::new(4, Duration::from_millis(100)),
+            |n| async move {
+                std::future::pending::<()>().await;
+                n
+            },
+        )
         .name("lookup")
         .collect();
     let e = run_failing(&env).to_string();
@@ -223,7 +236,11 @@ fn a_failed_call_without_retries_fails_the_job_with_its_error() {
     let env = Env::new().parallelism(1);
     env.from_collection(vec![1i64, 2])
         .try_map_async(opts(4), |n| async move {
-            if n == 2 { Err(format!("no price for item {n}")) } else { Ok(n) }
+            if n == 2 {
+                Err(format!("no price for item {n}"))
+            } else {
+                Ok(n)
+            }
         })
         .collect();
     let e = run_failing(&env).to_string();
@@ -350,4 +367,67 @@ fn a_capacity_of_zero_is_refused_where_the_operator_is_declared() {
     let env = Env::new();
     env.from_collection(vec![1i64])
         .map_async(opts(0), |n| async move { n });
+}
+
+/// Keyed `map_async` with checkpoints: the first run fails for good after some checkpoints
+/// (calls in flight at each), the second resumes from its checkpoint at another
+/// parallelism and the committed output holds every line once.
+fn keyed_run(
+    dir: &std::path::Path,
+    parallelism: usize,
+    fail_at: Option<i64>,
+) -> weir::Result<JobResult> {
+    let input = dir.join("in.csv");
+    let mut config = CheckpointConfig::new(dir.join("ck")).interval(Duration::from_millis(100));
+    config.restart = weir::RestartStrategy::None;
+    let env = Env::new().parallelism(parallelism).checkpoints(config);
+    env.read_text_file_at_rate(&input, 400)
+        .uid("lines")
+        .parallelism(1)
+        .map(|l: String| {
+            let (k, v) = l.split_once(',').unwrap();
+            (k.to_string(), v.parse::<i64>().unwrap())
+        })
+        .key_by(|(k, _)| k.clone())
+        .map_async(opts(8), |(k, v)| async move {
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            (k, v, v * 3)
+        })
+        .uid("calls")
+        .try_map(move |(k, v, a)| match fail_at {
+            Some(n) if v >= n => Err(Error::user("the first run stops here")),
+            _ => Ok((k, v, a)),
+        })
+        .write_text_exactly_once(dir.join("out"), |(k, v, a)| format!("{k},{v},{a}"))
+        .uid("sink");
+    run(&env)
+}
+
+#[test]
+fn keyed_calls_in_flight_at_a_checkpoint_are_made_again_after_a_rescale() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<String> = (0..500).map(|i| format!("k{},{i}", i % 7)).collect();
+    std::fs::write(dir.path().join("in.csv"), lines.join("\n") + "\n").unwrap();
+    let e = keyed_run(dir.path(), 2, Some(300)).unwrap_err();
+    assert!(e.to_string().contains("the first run stops here"), "{e}");
+    keyed_run(dir.path(), 3, None).unwrap();
+    let mut got = Vec::new();
+    for f in std::fs::read_dir(dir.path().join("out")).unwrap() {
+        let f = f.unwrap();
+        if !f.file_name().to_string_lossy().starts_with('.') {
+            got.extend(
+                std::fs::read_to_string(f.path())
+                    .unwrap()
+                    .lines()
+                    .map(str::to_string),
+            );
+        }
+    }
+    got.sort();
+    let mut expected: Vec<String> = (0..500)
+        .map(|i| format!("k{},{i},{}", i % 7, i * 3))
+        .collect();
+    expected.sort();
+    assert_eq!(got.len(), 500, "every line once");
+    assert_eq!(got, expected);
 }

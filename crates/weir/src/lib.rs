@@ -22,8 +22,7 @@ use std::time::Duration;
 
 pub use weir_core::{
     Error, Result, async_io, codec, data, dlq, dsl, error, exchange, graph, ids, metrics, ops,
-    output, retry,
-    state, time, timer, watermark, window,
+    output, retry, state, time, timer, watermark, window,
 };
 pub use weir_runtime::logging;
 pub use weir_runtime::{

@@ -156,7 +156,10 @@ pub trait AsyncFunction<T, O>: Send + Sync + 'static {
     type Error: std::fmt::Display + Send + 'static;
 
     /// Starts the request for `input`.
-    fn call(&self, input: T) -> impl Future<Output = std::result::Result<O, Self::Error>> + Send + 'static;
+    fn call(
+        &self,
+        input: T,
+    ) -> impl Future<Output = std::result::Result<O, Self::Error>> + Send + 'static;
 
     /// The request for `input` took longer than `timeout`: `Ok(Some(o))` emits `o` in its
     /// place, `Ok(None)` emits nothing, an error fails the job. The default fails the job.
@@ -189,7 +192,10 @@ where
     Fut: Future<Output = O> + Send + 'static,
 {
     type Error = std::convert::Infallible;
-    fn call(&self, input: T) -> impl Future<Output = std::result::Result<O, Self::Error>> + Send + 'static {
+    fn call(
+        &self,
+        input: T,
+    ) -> impl Future<Output = std::result::Result<O, Self::Error>> + Send + 'static {
         let fut = (self.0)(input);
         async move { Ok(fut.await) }
     }

@@ -73,11 +73,42 @@ pub(crate) enum Route<T> {
 
 /// The operator state of one subtask in a checkpoint.
 #[derive(Serialize, Deserialize)]
-struct SavedState<T, O> {
-    subtask: u32,
-    parallelism: u32,
+pub(super) struct SavedState<T, O> {
+    pub(super) subtask: u32,
+    pub(super) parallelism: u32,
     /// In arrival order, each with its route (key group or 0).
-    records: Vec<(u32, Stored<T, O>)>,
+    pub(super) records: Vec<(u32, Stored<T, O>)>,
+}
+
+/// Subtask `me` of `p`'s share of the records the old subtasks stored, in their order:
+/// on a keyed stream those of its key groups (`groups`); on a plain stream its own
+/// subtask's at the same parallelism, every `p`-th record round-robin at another.
+pub(super) fn share<T, O>(
+    mut old: Vec<SavedState<T, O>>,
+    groups: Option<std::ops::Range<u32>>,
+    me: usize,
+    p: usize,
+) -> Vec<(u32, Stored<T, O>)> {
+    old.sort_by_key(|s| s.subtask);
+    match groups {
+        Some(mine) => old
+            .into_iter()
+            .flat_map(|s| s.records)
+            .filter(|(g, _)| mine.contains(g))
+            .collect(),
+        None if old.iter().all(|s| s.parallelism as usize == p) => old
+            .into_iter()
+            .filter(|s| s.subtask as usize == me)
+            .flat_map(|s| s.records)
+            .collect(),
+        None => old
+            .into_iter()
+            .flat_map(|s| s.records)
+            .enumerate()
+            .filter(|(i, _)| i % p == me)
+            .map(|(_, r)| r)
+            .collect(),
+    }
 }
 
 /// What the operator and its checkpoint hooks share.
@@ -116,7 +147,11 @@ impl<T: Data, O: Data> Checkpointed for Hooks<T, O> {
             parallelism: core.parallelism,
             records,
         };
-        tracing::debug!(checkpoint = id.0, in_flight, "async I/O stores its in-flight records");
+        tracing::debug!(
+            checkpoint = id.0,
+            in_flight,
+            "async I/O stores its in-flight records"
+        );
         Ok(OperatorSnapshot {
             operator: Some(crate::codec::encode(&state)?),
             description: Some(describe(&state.records, in_flight)),
@@ -298,7 +333,7 @@ impl<T: Data, O: Data> AsyncOp<T, O> {
 
     /// This subtask's share of the restored records, in their old order.
     fn restored(&self, blobs: &[Vec<u8>]) -> Result<Vec<(u32, Stored<T, O>)>> {
-        let mut old: Vec<SavedState<T, O>> = blobs
+        let old: Vec<SavedState<T, O>> = blobs
             .iter()
             .map(|b| crate::codec::decode(b))
             .collect::<Result<_>>()
@@ -310,29 +345,12 @@ impl<T: Data, O: Data> AsyncOp<T, O> {
                 ))
                 .at(|| self.info.location())
             })?;
-        old.sort_by_key(|s| s.subtask);
         let (me, p) = (self.info.subtask, self.info.parallelism);
-        Ok(match &self.route {
-            Route::KeyGroup(_) => {
-                let mine = key_group_range(me, self.max_parallelism, p);
-                old.into_iter()
-                    .flat_map(|s| s.records)
-                    .filter(|(g, _)| mine.contains(g))
-                    .collect()
-            }
-            Route::Spread if old.iter().all(|s| s.parallelism as usize == p) => old
-                .into_iter()
-                .filter(|s| s.subtask as usize == me)
-                .flat_map(|s| s.records)
-                .collect(),
-            Route::Spread => old
-                .into_iter()
-                .flat_map(|s| s.records)
-                .enumerate()
-                .filter(|(i, _)| i % p == me)
-                .map(|(_, r)| r)
-                .collect(),
-        })
+        let groups = match self.route {
+            Route::KeyGroup(_) => Some(key_group_range(me, self.max_parallelism, p)),
+            Route::Spread => None,
+        };
+        Ok(share(old, groups, me, p))
     }
 
     fn route_of(&self, value: &T) -> u32 {
@@ -430,9 +448,7 @@ impl<T: Data, O: Data> AsyncOp<T, O> {
             Answer::Failed(f) => {
                 let attempts = self.requests.get(&seq).map_or(1, |r| r.attempts);
                 let why = match self.retrier.as_mut() {
-                    None => {
-                        "retries are off (AsyncOptions::retry turns them on)".to_string()
-                    }
+                    None => "retries are off (AsyncOptions::retry turns them on)".to_string(),
                     Some(r) => match r.decide(attempts, &f.outcome) {
                         Decision::Retry { after } => {
                             if let Some(r) = self.requests.get_mut(&seq) {

@@ -173,7 +173,10 @@ impl<T, O> Queue<T, O> {
     fn drain(&mut self, out: &mut Vec<Emit<O>>) {
         match self.order {
             OutputOrder::Ordered => loop {
-                let first = self.records.first_key_value().map(|(s, slot)| (*s, slot.done.is_some()));
+                let first = self
+                    .records
+                    .first_key_value()
+                    .map(|(s, slot)| (*s, slot.done.is_some()));
                 match (first, self.watermarks.front()) {
                     (first, Some(&(wseq, w))) if first.is_none_or(|(s, _)| wseq < s) => {
                         self.watermarks.pop_front();
@@ -188,7 +191,11 @@ impl<T, O> Queue<T, O> {
             },
             OutputOrder::Unordered => {
                 while let Some(&(wseq, w)) = self.watermarks.front() {
-                    if self.records.first_key_value().is_some_and(|(s, _)| *s < wseq) {
+                    if self
+                        .records
+                        .first_key_value()
+                        .is_some_and(|(s, _)| *s < wseq)
+                    {
                         break;
                     }
                     self.watermarks.pop_front();

@@ -116,7 +116,13 @@ impl<T: Data> Stream<T> {
                     Some(g) => Route::KeyGroup(g.clone()),
                     None => Route::Spread,
                 };
-                Ok(Box::new(AsyncOp::new(ctx, &opts, function.clone(), route, out)?))
+                Ok(Box::new(AsyncOp::new(
+                    ctx,
+                    &opts,
+                    function.clone(),
+                    route,
+                    out,
+                )?))
             },
             vec![],
         )
