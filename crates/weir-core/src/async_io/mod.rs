@@ -37,7 +37,7 @@ mod runtime;
 pub use queue::OutputOrder;
 pub use runtime::{handle, install};
 
-pub(crate) use operator::{AsyncOp, Erased, Route};
+pub(crate) use operator::{AsyncOp, Erased, KeyHash, Route};
 
 use crate::error::Result;
 use crate::retry::{Outcome, RetryPolicy};
@@ -123,6 +123,9 @@ impl AsyncOptions {
 ///
 /// `call` runs on the subtask's thread and returns the request's future, which runs on the
 /// process's async runtime (so it must be `Send + 'static`: move what it needs into it).
+/// Write it as a function returning an `async move` block, as below, not as an
+/// `async fn`, whose future would borrow `self` (clippy's `manual_async_fn` suggests the
+/// latter; allow it on the method).
 ///
 /// ```
 /// use std::future::Future;

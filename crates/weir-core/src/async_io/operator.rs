@@ -37,10 +37,16 @@ pub(crate) struct Failure {
 
 type Call<O> = Pin<Box<dyn Future<Output = std::result::Result<O, Failure>> + Send>>;
 
+/// A timeout handler with its types erased.
+type OnTimeout<T, O> = Box<dyn Fn(&T, Duration) -> Result<Option<O>> + Send + Sync>;
+
+/// A key's hash, from a record of a keyed stream.
+pub(crate) type KeyHash<T> = Arc<dyn Fn(&T) -> u64 + Send + Sync>;
+
 /// An [`AsyncFunction`] with its types erased.
 pub(crate) struct Erased<T, O> {
     call: Box<dyn Fn(T) -> Call<O> + Send + Sync>,
-    on_timeout: Box<dyn Fn(&T, Duration) -> Result<Option<O>> + Send + Sync>,
+    on_timeout: OnTimeout<T, O>,
 }
 
 impl<T: Data, O: Data> Erased<T, O> {
@@ -68,7 +74,7 @@ pub(crate) enum Route<T> {
     /// Any subtask (a plain stream): spread round-robin.
     Spread,
     /// The subtask owning the record's key group (a keyed stream): the key's hash.
-    KeyGroup(Arc<dyn Fn(&T) -> u64 + Send + Sync>),
+    KeyGroup(KeyHash<T>),
 }
 
 /// The operator state of one subtask in a checkpoint.

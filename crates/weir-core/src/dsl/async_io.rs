@@ -3,7 +3,9 @@
 //! [`crate::async_io`] for the semantics).
 
 use super::{KeyedStream, Stream};
-use crate::async_io::{AsyncFunction, AsyncOp, AsyncOptions, Erased, Fallible, Infallible, Route};
+use crate::async_io::{
+    AsyncFunction, AsyncOp, AsyncOptions, Erased, Fallible, Infallible, KeyHash, Route,
+};
 use crate::data::{Data, Key};
 use crate::exchange::{Partitioning, hash_partitioner};
 use std::future::Future;
@@ -98,7 +100,7 @@ impl<T: Data> Stream<T> {
         name: &str,
         opts: AsyncOptions,
         function: Arc<Erased<T, O>>,
-        keyed: Option<(Partitioning<T>, Arc<dyn Fn(&T) -> u64 + Send + Sync>)>,
+        keyed: Option<(Partitioning<T>, KeyHash<T>)>,
     ) -> Stream<O> {
         if let Err(e) = opts.validate() {
             panic!("{e}");
