@@ -33,6 +33,7 @@
 mod operator;
 mod queue;
 mod runtime;
+mod saved;
 
 pub use queue::OutputOrder;
 pub use runtime::{handle, install};

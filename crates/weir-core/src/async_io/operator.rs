@@ -1,18 +1,17 @@
 //! The async I/O operator: issues each record's request on the process's runtime, takes
 //! the answers back on the subtask's thread, retries, applies timeouts, and keeps its
-//! in-flight records in checkpoints.
+//! in-flight records in checkpoints (what is stored and how a restore shares it: `saved`).
 //!
 //! Everything but the request itself happens on the subtask's thread: the retrier, the
 //! [`Queue`] and the output. The runtime's tasks only run the user's future (under its
 //! deadline) and send the answer back on a channel.
 
 use super::queue::{Emit, Queue, Stored};
+use super::saved::{Core, Hooks, SavedState, share};
 use super::{AsyncFunction, AsyncOptions};
-use crate::checkpoint::{Checkpointed, OperatorSnapshot};
 use crate::data::{Data, key_group_range};
 use crate::error::{Error, Result};
 use crate::graph::BuildContext;
-use crate::ids::CheckpointId;
 use crate::metrics::{self, Counter, Gauge};
 use crate::ops::{OpInfo, guard};
 use crate::output::{Control, Output};
@@ -20,7 +19,6 @@ use crate::retry::{Decision, Outcome, Retrier};
 use crate::time::{MAX_WATERMARK, Timestamp};
 use crossbeam_channel::{Receiver, Sender};
 use rustc_hash::FxHashMap;
-use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
@@ -77,120 +75,6 @@ pub(crate) enum Route<T> {
     KeyGroup(KeyHash<T>),
 }
 
-/// The operator state of one subtask in a checkpoint.
-#[derive(Serialize, Deserialize)]
-pub(super) struct SavedState<T, O> {
-    pub(super) subtask: u32,
-    pub(super) parallelism: u32,
-    /// In arrival order, each with its route (key group or 0).
-    pub(super) records: Vec<(u32, Stored<T, O>)>,
-}
-
-/// Subtask `me` of `p`'s share of the records the old subtasks stored, in their order:
-/// on a keyed stream those of its key groups (`groups`); on a plain stream its own
-/// subtask's at the same parallelism, every `p`-th record round-robin at another.
-pub(super) fn share<T, O>(
-    mut old: Vec<SavedState<T, O>>,
-    groups: Option<std::ops::Range<u32>>,
-    me: usize,
-    p: usize,
-) -> Vec<(u32, Stored<T, O>)> {
-    old.sort_by_key(|s| s.subtask);
-    match groups {
-        Some(mine) => old
-            .into_iter()
-            .flat_map(|s| s.records)
-            .filter(|(g, _)| mine.contains(g))
-            .collect(),
-        None if old.iter().all(|s| s.parallelism as usize == p) => old
-            .into_iter()
-            .filter(|s| s.subtask as usize == me)
-            .flat_map(|s| s.records)
-            .collect(),
-        None => old
-            .into_iter()
-            .flat_map(|s| s.records)
-            .enumerate()
-            .filter(|(i, _)| i % p == me)
-            .map(|(_, r)| r)
-            .collect(),
-    }
-}
-
-/// What the operator and its checkpoint hooks share.
-struct Core<T, O> {
-    queue: Queue<T, O>,
-    /// Restored records not yet admitted (more than the capacity after a rescale), in order.
-    backlog: VecDeque<(u32, Stored<T, O>)>,
-    subtask: u32,
-    parallelism: u32,
-}
-
-struct Hooks<T, O>(Rc<RefCell<Core<T, O>>>);
-
-impl<T: Data, O: Data> Checkpointed for Hooks<T, O> {
-    fn snapshot(&mut self, id: CheckpointId) -> Result<OperatorSnapshot> {
-        let core = self.0.borrow();
-        let records: Vec<(u32, Stored<&T, &O>)> = core
-            .queue
-            .snapshot()
-            .chain(core.backlog.iter().map(|(r, s)| {
-                (
-                    *r,
-                    match s {
-                        Stored::Pending(t, ts) => Stored::Pending(t, *ts),
-                        Stored::Done(o, ts) => Stored::Done(o.as_ref(), *ts),
-                    },
-                )
-            }))
-            .collect();
-        let in_flight = records
-            .iter()
-            .filter(|(_, s)| matches!(s, Stored::Pending(..)))
-            .count();
-        let state = SavedState {
-            subtask: core.subtask,
-            parallelism: core.parallelism,
-            records,
-        };
-        tracing::debug!(
-            checkpoint = id.0,
-            in_flight,
-            "async I/O stores its in-flight records"
-        );
-        Ok(OperatorSnapshot {
-            operator: Some(crate::codec::encode(&state)?),
-            description: Some(describe(&state.records, in_flight)),
-            ..Default::default()
-        })
-    }
-}
-
-/// Records listed by name in a checkpoint's description, at most.
-const DESCRIBED: usize = 100;
-
-/// The summary `weir checkpoints inspect` shows: the counts, and the first records in
-/// flight as a JSON array (so an operator can see which requests a restore re-issues).
-fn describe<T: Serialize, O>(records: &[(u32, Stored<&T, &O>)], in_flight: usize) -> String {
-    let listed: Vec<serde_json::Value> = records
-        .iter()
-        .filter_map(|(_, s)| match s {
-            Stored::Pending(t, _) => serde_json::to_value(t).ok(),
-            Stored::Done(..) => None,
-        })
-        .take(DESCRIBED)
-        .collect();
-    let more = match in_flight.saturating_sub(listed.len()) {
-        0 => String::new(),
-        n => format!(" (and {n} more)"),
-    };
-    format!(
-        "async I/O: {in_flight} requests in flight, {} results waiting; in flight: {}{more}",
-        records.len() - in_flight,
-        serde_json::Value::Array(listed)
-    )
-}
-
 /// What a request's task sends back.
 enum Answer<O> {
     Value(O),
@@ -222,10 +106,12 @@ impl<O> Drop for Reply<O> {
     }
 }
 
-/// A request being made: attempts so far and when it times out.
+/// A request being made: attempts so far, when it times out, and its current attempt's
+/// task (aborted when the operator goes away, a failed attempt of the job for instance).
 struct Request {
     attempts: u32,
     deadline: Instant,
+    task: Option<tokio::task::AbortHandle>,
 }
 
 struct AsyncMetrics {
@@ -402,6 +288,7 @@ impl<T: Data, O: Data> AsyncOp<T, O> {
             Request {
                 attempts: 1,
                 deadline: Instant::now() + self.timeout,
+                task: None,
             },
         );
         self.issue(seq, Duration::ZERO)
@@ -424,7 +311,7 @@ impl<T: Data, O: Data> AsyncOp<T, O> {
             seq,
         };
         let deadline = tokio::time::Instant::from_std(deadline);
-        self.runtime.spawn(async move {
+        let task = self.runtime.spawn(async move {
             let attempt = async move {
                 if !delay.is_zero() {
                     tokio::time::sleep(delay).await;
@@ -437,6 +324,9 @@ impl<T: Data, O: Data> AsyncOp<T, O> {
                 Err(_) => Answer::TimedOut,
             });
         });
+        if let Some(r) = self.requests.get_mut(&seq) {
+            r.task = Some(task.abort_handle());
+        }
         Ok(())
     }
 
@@ -547,6 +437,18 @@ impl<T: Data, O: Data> AsyncOp<T, O> {
         }
         self.emits = emits;
         Ok(())
+    }
+}
+
+impl<T, O> Drop for AsyncOp<T, O> {
+    /// Stops the calls still running: nobody will take their answers (the job ended, failed
+    /// or is restarting, and a restart issues again what its checkpoint holds).
+    fn drop(&mut self) {
+        for r in self.requests.values() {
+            if let Some(t) = &r.task {
+                t.abort();
+            }
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! How a restore shares the stored in-flight records among the new subtasks.
 
-use super::operator::{SavedState, share};
 use super::queue::Stored;
+use super::saved::{SavedState, share};
 use crate::data::key_group_range;
 
 fn saved(
