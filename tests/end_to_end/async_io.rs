@@ -436,3 +436,14 @@ fn keyed_calls_in_flight_at_a_checkpoint_are_made_again_after_a_rescale() {
     assert_eq!(got.len(), 500, "every line once");
     assert_eq!(got, expected);
 }
+
+#[test]
+fn an_async_closure_is_accepted_as_it_is() {
+    let env = Env::new().parallelism(1);
+    let out = env
+        .from_collection(vec![1i64, 2, 3])
+        .map_async(opts(4), async |n: i64| n * 7)
+        .collect();
+    run(&env).unwrap();
+    assert_eq!(out.values(), vec![7, 14, 21]);
+}

@@ -20,7 +20,9 @@ impl<T: Data> Stream<T> {
     /// A call that takes longer than `opts.timeout` fails the job (use
     /// [`Stream::process_async`] with [`AsyncFunction::on_timeout`] to emit a fallback
     /// instead). Records in flight at a checkpoint are stored in it and their calls are
-    /// made again on restore, so every result is emitted exactly once.
+    /// made again on restore, so every result is emitted exactly once. Metrics:
+    /// `async_requests_in_flight` and `async_timeouts_total`, labelled with the operator's
+    /// name and subtask.
     ///
     /// ```
     /// use std::time::Duration;
