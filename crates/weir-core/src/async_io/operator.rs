@@ -208,15 +208,17 @@ impl<T: Data, O: Data> AsyncOp<T, O> {
                 .iter()
                 .filter(|(_, s)| matches!(s, Stored::Pending(..)))
                 .count();
-            tracing::info!(
-                operator = %op.info.name,
-                subtask = op.info.subtask,
-                checkpoint = r.checkpoint.map(|c| c.0),
-                reissued = in_flight,
-                waiting = restored.len() - in_flight,
-                "async I/O issues again the {in_flight} requests in flight at checkpoint {}",
-                r.checkpoint.map_or(0, |c| c.0)
-            );
+            if !restored.is_empty() {
+                tracing::info!(
+                    operator = %op.info.name,
+                    subtask = op.info.subtask,
+                    checkpoint = r.checkpoint.map(|c| c.0),
+                    reissued = in_flight,
+                    waiting = restored.len() - in_flight,
+                    "async I/O issues again the {in_flight} requests in flight at checkpoint {}",
+                    r.checkpoint.map_or(0, |c| c.0)
+                );
+            }
             op.core.borrow_mut().backlog = restored.into();
             op.admit_backlog()?;
         }
