@@ -84,6 +84,31 @@ impl<T: Data> Stream<T> {
     /// Like [`Stream::try_map_async`], with the full [`AsyncFunction`] interface: a
     /// timeout handler that may emit a fallback, and the sorting of errors into retryable
     /// and permanent ones.
+    ///
+    /// ```
+    /// use std::future::Future;
+    /// use std::time::Duration;
+    /// use weir_core::prelude::*;
+    ///
+    /// /// Looks a country up by code; a slow lookup gives "unknown".
+    /// struct Country;
+    /// impl AsyncFunction<String, (String, String)> for Country {
+    ///     type Error = String;
+    ///     fn call(&self, code: String) -> impl Future<Output = Result<(String, String), String>> + Send + 'static {
+    ///         async move { let name = format!("country {code}"); Ok((code, name)) }
+    ///     }
+    ///     fn on_timeout(&self, code: &String, _: Duration) -> weir_core::Result<Option<(String, String)>> {
+    ///         Ok(Some((code.clone(), "unknown".into())))
+    ///     }
+    /// }
+    ///
+    /// let p = Pipeline::new();
+    /// let named = p
+    ///     .from_collection(vec!["NL".to_string(), "FR".to_string()])
+    ///     .process_async(AsyncOptions::new(20, Duration::from_millis(500)), Country)
+    ///     .collect();
+    /// # let _ = named;
+    /// ```
     pub fn process_async<O: Data>(
         &self,
         opts: AsyncOptions,
@@ -164,6 +189,23 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
     }
 
     /// [`Stream::try_map_async`] on a keyed stream (see [`KeyedStream::map_async`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_core::prelude::*;
+    /// use weir_core::retry::RetryPolicy;
+    ///
+    /// let p = Pipeline::new();
+    /// let opts = AsyncOptions::new(10, Duration::from_secs(1)).unordered().retry(RetryPolicy::default());
+    /// let limits = p
+    ///     .from_collection(vec![("acct-1".to_string(), 50i64), ("acct-2".to_string(), -5)])
+    ///     .key_by(|(acct, _)| acct.clone())
+    ///     .try_map_async(opts, |(acct, amount)| async move {
+    ///         if amount < 0 { Err(format!("{acct}: negative amount")) } else { Ok((acct, amount <= 100)) }
+    ///     })
+    ///     .collect();
+    /// # let _ = limits;
+    /// ```
     pub fn try_map_async<O, E, F, Fut>(&self, opts: AsyncOptions, f: F) -> Stream<O>
     where
         O: Data,
@@ -175,6 +217,28 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
     }
 
     /// [`Stream::process_async`] on a keyed stream (see [`KeyedStream::map_async`]).
+    ///
+    /// ```
+    /// use std::future::Future;
+    /// use std::time::Duration;
+    /// use weir_core::prelude::*;
+    ///
+    /// struct Score;
+    /// impl AsyncFunction<(u32, i64), (u32, i64)> for Score {
+    ///     type Error = std::convert::Infallible;
+    ///     fn call(&self, (user, n): (u32, i64)) -> impl Future<Output = Result<(u32, i64), Self::Error>> + Send + 'static {
+    ///         async move { Ok((user, n * n)) }
+    ///     }
+    /// }
+    ///
+    /// let p = Pipeline::new();
+    /// let scores = p
+    ///     .from_collection(vec![(1u32, 3i64), (2, 4), (1, 5)])
+    ///     .key_by(|(user, _)| *user)
+    ///     .process_async(AsyncOptions::new(8, Duration::from_secs(1)), Score)
+    ///     .collect();
+    /// # let _ = scores;
+    /// ```
     pub fn process_async<O: Data>(
         &self,
         opts: AsyncOptions,
