@@ -2,8 +2,7 @@
 //! a left record at time `t` meets every right record of the same key at a time in
 //! `[t + lower, t + upper]`, in event time.
 //!
-//! Both inputs are buffered in keyed map state (time → records that arrived at that time),
-//! so the heap and the RocksDB backend hold them alike and a restore at another
+//! Both inputs are buffered in keyed map state by time (a `TimeBuffer`), so the heap and the RocksDB backend hold them alike and a restore at another
 //! parallelism splits them by key group. A record is paired with the other side's buffer
 //! when it arrives, then kept only as long as a future record of the other side can still
 //! fall into its interval: an event-time timer removes a left record once the watermark
@@ -13,11 +12,12 @@
 
 use super::OpInfo;
 use super::co::{CoContext, CoProcessFunction};
+use super::time_buffer::TimeBuffer;
 use crate::data::{Data, Key};
 use crate::dsl::OutputTag;
 use crate::error::{Error, Result};
 use crate::metrics::{self, Counter};
-use crate::state::{MapState, StateContext};
+use crate::state::StateContext;
 use crate::time::Timestamp;
 use crate::timer::TimeDomain;
 use std::marker::PhantomData;
@@ -176,8 +176,8 @@ pub(crate) fn no_timestamp(join: &str, side: &str) -> Error {
 /// The interval join as a keyed two-input function.
 pub(crate) struct IntervalJoinFn<K, A, B, O, P> {
     bounds: Bounds,
-    left: MapState<Timestamp, Vec<A>>,
-    right: MapState<Timestamp, Vec<B>>,
+    left: TimeBuffer<A>,
+    right: TimeBuffer<B>,
     late_left: Late<A>,
     late_right: Late<B>,
     f: P,
@@ -196,35 +196,14 @@ impl<K: Key, A: Data, B: Data, O: 'static, P: ProcessJoinFunction<K, A, B, O>>
     ) -> Result<Self> {
         Ok(IntervalJoinFn {
             bounds,
-            left: state.map_state("interval-join-left")?,
-            right: state.map_state("interval-join-right")?,
+            left: TimeBuffer::new(state, "interval-join-left")?,
+            right: TimeBuffer::new(state, "interval-join-right")?,
             late_left,
             late_right,
             f,
             _p: PhantomData,
         })
     }
-}
-
-/// Appends `value` to the records buffered at `ts`.
-fn buffer<T: Data>(state: &mut MapState<Timestamp, Vec<T>>, ts: Timestamp, value: T) -> Result<()> {
-    let mut at = state.get(&ts)?.unwrap_or_default();
-    at.push(value);
-    state.put(ts, at)
-}
-
-/// Removes the buffered records whose expiry is at or before `time`.
-fn expire<T: Data>(
-    state: &mut MapState<Timestamp, Vec<T>>,
-    time: Timestamp,
-    expiry: impl Fn(Timestamp) -> Timestamp,
-) -> Result<()> {
-    for (ts, _) in state.entries()? {
-        if expiry(ts) <= time {
-            state.remove(&ts)?;
-        }
-    }
-    Ok(())
 }
 
 impl<K: Key, A: Data, B: Data, O: 'static, P: ProcessJoinFunction<K, A, B, O>>
@@ -238,9 +217,9 @@ impl<K: Key, A: Data, B: Data, O: 'static, P: ProcessJoinFunction<K, A, B, O>>
         if t <= wm {
             return self.late_left.handle(a, ctx);
         }
-        for (rt, bs) in self.right.entries()? {
+        for (rt, n) in self.right.times()? {
             if self.bounds.matches(t, rt) {
-                for b in bs {
+                for b in self.right.at(rt, n)? {
                     let mut jc = JoinContext {
                         inner: ctx,
                         left: t,
@@ -252,7 +231,7 @@ impl<K: Key, A: Data, B: Data, O: 'static, P: ProcessJoinFunction<K, A, B, O>>
         }
         let expiry = self.bounds.left_expiry(t);
         if expiry > wm {
-            buffer(&mut self.left, t, a)?;
+            self.left.add(t, a)?;
             ctx.register_event_time_timer(expiry);
         }
         Ok(())
@@ -266,9 +245,9 @@ impl<K: Key, A: Data, B: Data, O: 'static, P: ProcessJoinFunction<K, A, B, O>>
         if rt <= wm {
             return self.late_right.handle(b, ctx);
         }
-        for (t, as_) in self.left.entries()? {
+        for (t, n) in self.left.times()? {
             if self.bounds.matches(t, rt) {
-                for a in as_ {
+                for a in self.left.at(t, n)? {
                     let mut jc = JoinContext {
                         inner: ctx,
                         left: t,
@@ -280,7 +259,7 @@ impl<K: Key, A: Data, B: Data, O: 'static, P: ProcessJoinFunction<K, A, B, O>>
         }
         let expiry = self.bounds.right_expiry(rt);
         if expiry > wm {
-            buffer(&mut self.right, rt, b)?;
+            self.right.add(rt, b)?;
             ctx.register_event_time_timer(expiry);
         }
         Ok(())
@@ -292,9 +271,19 @@ impl<K: Key, A: Data, B: Data, O: 'static, P: ProcessJoinFunction<K, A, B, O>>
         _domain: TimeDomain,
         _ctx: &mut CoContext<'_, K, O>,
     ) -> Result<()> {
-        let bounds = self.bounds;
-        expire(&mut self.left, time, |t| bounds.left_expiry(t))?;
-        expire(&mut self.right, time, |t| bounds.right_expiry(t))
+        // The timer at `time` is the expiry of left records at `time - upper` and of right
+        // records at `time + lower` (no other time expires then).
+        if let Some(t) = time.checked_sub(self.bounds.upper)
+            && self.bounds.left_expiry(t) == time
+        {
+            self.left.take(t)?;
+        }
+        if let Some(t) = time.checked_add(self.bounds.lower)
+            && self.bounds.right_expiry(t) == time
+        {
+            self.right.take(t)?;
+        }
+        Ok(())
     }
 }
 

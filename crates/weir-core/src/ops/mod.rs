@@ -16,6 +16,7 @@ pub mod process;
 pub(crate) mod side;
 pub mod sink;
 pub mod temporal_join;
+mod time_buffer;
 #[cfg(test)]
 mod time_join_tests;
 

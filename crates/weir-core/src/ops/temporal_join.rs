@@ -5,7 +5,7 @@
 //! The table arrives as a keyed changelog ([`Change`]) with event times: an insert or update
 //! at time `v` makes its new value the row's version from `v` on, a delete makes the row
 //! absent from `v` on. Per key, keyed map state holds the versions (time → value, `None`
-//! for a delete) and the records waiting for the watermark (time → records). A record at
+//! for a delete) and the records waiting for the watermark (a `TimeBuffer`). A record at
 //! time `t` is emitted once the watermark reaches `t`, joined with the newest version at or
 //! before `t` — so versions that arrive out of order before then still count. Then every
 //! version older than the newest one at or below the watermark is removed (no waiting
@@ -18,6 +18,7 @@
 
 use super::co::{CoContext, CoProcessFunction};
 use super::interval_join::{Late, no_timestamp};
+use super::time_buffer::TimeBuffer;
 use crate::changelog::Change;
 use crate::data::{Data, Key};
 use crate::error::Result;
@@ -34,7 +35,7 @@ pub(crate) type TemporalFn<T, V, O> = Arc<dyn Fn(T, Option<&V>) -> Option<O> + S
 /// The temporal join as a keyed two-input function.
 pub(crate) struct TemporalJoinFn<K, T, CK, V, O> {
     versions: MapState<Timestamp, Option<V>>,
-    waiting: MapState<Timestamp, Vec<T>>,
+    waiting: TimeBuffer<T>,
     late: Late<T>,
     late_versions: Late<Change<CK, V>>,
     f: TemporalFn<T, V, O>,
@@ -50,7 +51,7 @@ impl<K: Key, T: Data, CK: Data, V: Data, O: 'static> TemporalJoinFn<K, T, CK, V,
     ) -> Result<Self> {
         Ok(TemporalJoinFn {
             versions: state.map_state("temporal-join-versions")?,
-            waiting: state.map_state("temporal-join-waiting")?,
+            waiting: TimeBuffer::new(state, "temporal-join-waiting")?,
             late,
             late_versions,
             f,
@@ -85,9 +86,7 @@ impl<K: Key, T: Data, CK: Data, V: Data, O: 'static> CoProcessFunction<K, T, Cha
         if t <= ctx.current_watermark() {
             return self.late.handle(record, ctx);
         }
-        let mut at = self.waiting.get(&t)?.unwrap_or_default();
-        at.push(record);
-        self.waiting.put(t, at)?;
+        self.waiting.add(t, record)?;
         ctx.register_event_time_timer(t);
         Ok(())
     }
@@ -110,26 +109,19 @@ impl<K: Key, T: Data, CK: Data, V: Data, O: 'static> CoProcessFunction<K, T, Cha
         _domain: TimeDomain,
         ctx: &mut CoContext<'_, K, O>,
     ) -> Result<()> {
-        let due: Vec<(Timestamp, Vec<T>)> = self
-            .waiting
-            .entries()?
-            .into_iter()
-            .take_while(|(t, _)| *t <= time)
-            .collect();
-        if !due.is_empty() {
+        // The timer at `time` is that of the records waiting at `time` (and of versions).
+        let records = self.waiting.take(time)?;
+        if !records.is_empty() {
             let versions = self.versions.entries()?;
-            for (t, records) in due {
-                let version = versions
-                    .iter()
-                    .rev()
-                    .find(|(v, _)| *v <= t)
-                    .and_then(|(_, value)| value.as_ref());
-                for r in records {
-                    if let Some(out) = (self.f)(r, version) {
-                        ctx.emit_at(out, t);
-                    }
+            let version = versions
+                .iter()
+                .rev()
+                .find(|(v, _)| *v <= time)
+                .and_then(|(_, value)| value.as_ref());
+            for r in records {
+                if let Some(out) = (self.f)(r, version) {
+                    ctx.emit_at(out, time);
                 }
-                self.waiting.remove(&t)?;
             }
         }
         self.prune(time)

@@ -271,15 +271,15 @@ fn interval_join_state_holds_only_records_that_can_still_pair() {
     ops.0.record((1, 1), 100).unwrap();
     ops.1.record((1, 2), 105).unwrap();
     let count = |t: &Tables, n: &str| t.entries().get(n).copied().unwrap_or(0);
-    assert_eq!(count(&tables, "interval-join-left"), 1);
-    assert_eq!(count(&tables, "interval-join-right"), 1);
+    assert_eq!(count(&tables, "interval-join-left-times"), 1);
+    assert_eq!(count(&tables, "interval-join-right-times"), 1);
     // The right record at 105 could meet a left one at 95..=105: kept until 105.
     ops.2.control(Control::Watermark(104)).unwrap();
-    assert_eq!(count(&tables, "interval-join-right"), 1);
+    assert_eq!(count(&tables, "interval-join-right-times"), 1);
     ops.2.control(Control::Watermark(105)).unwrap();
-    assert_eq!(count(&tables, "interval-join-right"), 0);
+    assert_eq!(count(&tables, "interval-join-right-times"), 0);
     // The left record at 100 could meet a right one up to 110.
-    assert_eq!(count(&tables, "interval-join-left"), 1);
+    assert_eq!(count(&tables, "interval-join-left-times"), 1);
     ops.1.record((1, 3), 110).unwrap();
     ops.2.control(Control::Watermark(110)).unwrap();
     assert_eq!(tables.entries(), BTreeMap::new());
