@@ -22,9 +22,11 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
+type Registered = Vec<(String, Rc<dyn StateTableInfo>)>;
+
 /// A heap backend that keeps its tables, to count their entries.
 #[derive(Clone, Default)]
-struct Tables(Rc<RefCell<Vec<(String, Rc<dyn StateTableInfo>)>>>);
+struct Tables(Rc<RefCell<Registered>>);
 
 impl Tables {
     fn entries(&self) -> BTreeMap<String, usize> {
@@ -204,10 +206,10 @@ fn interval_model(
     (pairs, late_l, late_r)
 }
 
-fn interval_operator(
-    bounds: Bounds,
-    tables: &Tables,
-) -> (TwoInputs<Rec, Rec>, Got<(u32, u32)>, Got<Rec>, Got<Rec>) {
+/// The operator's inputs, its output and its late side outputs.
+type IntervalOp = (TwoInputs<Rec, Rec>, Got<(u32, u32)>, Got<Rec>, Got<Rec>);
+
+fn interval_operator(bounds: Bounds, tables: &Tables) -> IntervalOp {
     let mut state = StateContext::new(KeyContext::new(), Box::new(tables.clone()));
     let s = sides::<Rec, Rec>();
     let i = info("interval-join-test");
@@ -329,7 +331,7 @@ fn temporal_model(steps: &[Step]) -> (Vec<((u32, Option<u32>), Timestamp)>, Vec<
 }
 
 fn change(r: Rec) -> Change<u8, u32> {
-    if r.1 % 4 == 0 {
+    if r.1.is_multiple_of(4) {
         Change::Delete { key: r.0, old: 0 }
     } else {
         Change::Update {
@@ -340,13 +342,14 @@ fn change(r: Rec) -> Change<u8, u32> {
     }
 }
 
-fn temporal_operator(
-    tables: &Tables,
-) -> (
+/// The operator's inputs, its output and its late side output for records.
+type TemporalOp = (
     TwoInputs<Rec, Change<u8, u32>>,
     Got<(u32, Option<u32>)>,
     Got<Rec>,
-) {
+);
+
+fn temporal_operator(tables: &Tables) -> TemporalOp {
     let mut state = StateContext::new(KeyContext::new(), Box::new(tables.clone()));
     let s = sides::<Rec, Change<u8, u32>>();
     let i = info("temporal-join-test");
