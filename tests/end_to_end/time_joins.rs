@@ -1,7 +1,10 @@
 //! Interval and temporal joins: exact output on out-of-order input against a brute-force
 //! join computed here, on the heap and on RocksDB, at several parallelisms; result times;
-//! and the errors a user gets for an empty interval or input without event time.
+//! late records on their side outputs; and the errors a user gets for an empty interval or input without event time.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 use weir::prelude::*;
 use weir_tests::{Stamped, run, run_failing};
 
@@ -275,4 +278,144 @@ fn joins_of_input_without_event_time_fail_saying_how_to_add_it() {
             && err.contains("probe (left) input has no timestamp"),
         "{err}"
     );
+}
+
+/// Emits `before`, then waits (polling, up to a minute) until `gate` is open, then emits
+/// `after`: a record of `after` reaches the join only once the test knows the join's
+/// watermark has passed it, so it is late whatever the timing.
+struct Gated {
+    before: Vec<((u32, u32), Timestamp)>,
+    after: Vec<((u32, u32), Timestamp)>,
+    gate: Arc<AtomicBool>,
+    since: Option<Instant>,
+}
+
+impl SourceFunction<(u32, u32)> for Gated {
+    fn poll(&mut self, out: &mut SourceOutput<'_, (u32, u32)>) -> weir::Result<SourceStatus> {
+        for (v, ts) in self.before.drain(..) {
+            out.emit_at(v, ts)?;
+        }
+        if !self.gate.load(Ordering::SeqCst) {
+            let since = *self.since.get_or_insert_with(Instant::now);
+            if since.elapsed() > Duration::from_secs(60) {
+                return Err(Error::user(
+                    "the join's watermark did not advance within 60 s",
+                ));
+            }
+            return Ok(SourceStatus::Idle(5));
+        }
+        for (v, ts) in self.after.drain(..) {
+            out.emit_at(v, ts)?;
+        }
+        Ok(SourceStatus::Finished)
+    }
+}
+
+fn gated(env: &Env, gate: &Arc<AtomicBool>, late: ((u32, u32), Timestamp)) -> Stream<(u32, u32)> {
+    let gate = gate.clone();
+    env.source("gated", move |_| Gated {
+        before: vec![((1, 1), 1000), ((1, 2), 3000)],
+        after: vec![late],
+        gate: gate.clone(),
+        since: None,
+    })
+    .parallelism(1)
+    .with_watermarks(
+        WatermarkStrategy::bounded_out_of_orderness(0).with_emit_interval(Duration::from_millis(5)),
+    )
+    .parallelism(1)
+}
+
+/// Opens the gate when the watermark of its input passes 1500 (an event-time timer set by
+/// the first record), passing the records through.
+struct OpenAt1500(Arc<AtomicBool>);
+
+impl KeyedProcessFunction<u8, (u32, u32), (u32, u32)> for OpenAt1500 {
+    fn process(
+        &mut self,
+        v: (u32, u32),
+        ctx: &mut KeyedContext<'_, u8, (u32, u32)>,
+    ) -> weir::Result<()> {
+        ctx.register_event_time_timer(1500);
+        ctx.emit(v);
+        Ok(())
+    }
+    fn on_timer(
+        &mut self,
+        _: Timestamp,
+        _: TimeDomain,
+        _: &mut KeyedContext<'_, u8, (u32, u32)>,
+    ) -> weir::Result<()> {
+        self.0.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[test]
+fn late_records_of_an_interval_join_go_to_their_side_output() {
+    let env = Env::new().parallelism(2);
+    let gate = Arc::new(AtomicBool::new(false));
+    // Record 3 at 100 comes after the join's watermark passed 1500: late, though right
+    // record 9 at 50 is within its interval [0, 100].
+    let left = gated(&env, &gate, ((1, 3), 100));
+    let right = timed(&env, vec![((1, 9), 50), ((1, 8), 1000), ((1, 7), 2990)]);
+    let late_left = OutputTag::<(u32, u32)>::new("late-left");
+    let late_right = OutputTag::<(u32, u32)>::new("late-right");
+    let joined = left
+        .key_by(|l| l.0)
+        .interval_join(&right.key_by(|r| r.0))
+        .between(-100, 0)
+        .side_output_late_left(&late_left)
+        .side_output_late_right(&late_right)
+        .apply(|l, r| (l.1, r.1));
+    let late_l = joined.side_output(&late_left).collect();
+    let late_r = joined.side_output(&late_right).collect();
+    let g = gate.clone();
+    let pairs = joined
+        .key_by(|_| 0u8)
+        .process(move || OpenAt1500(g.clone()))
+        .collect();
+    run(&env).unwrap();
+    assert_eq!(pairs.sorted(), vec![(1, 8), (2, 7)]);
+    assert_eq!(late_l.sorted(), vec![(1, 3)]);
+    assert!(late_r.sorted().is_empty());
+}
+
+#[test]
+fn late_records_of_a_temporal_join_go_to_their_side_output() {
+    let env = Env::new().parallelism(2);
+    let gate = Arc::new(AtomicBool::new(false));
+    // Record 3 at 100 comes once record 1 (at 1000) was emitted, so after the join's
+    // watermark passed 1000: late.
+    let orders = gated(&env, &gate, ((1, 3), 100));
+    let rows = env
+        .from_timestamped(vec![(
+            Change::Insert {
+                key: 1u32,
+                value: 70u32,
+            },
+            0,
+        )])
+        .with_watermarks(WatermarkStrategy::monotonous());
+    let late = OutputTag::<(u32, u32)>::new("late-orders");
+    let joined = orders
+        .key_by(|o| o.0)
+        .temporal_join(&rows.key_by(|c| *c.key()))
+        .side_output_late(&late)
+        .inner(|o, v| (o.1, *v));
+    let late_orders = joined.side_output(&late).collect();
+    let g = gate.clone();
+    let rows = joined.collect();
+    joined.for_each(move || {
+        let g = g.clone();
+        move |v: (u32, u32), _| {
+            if v.0 == 1 {
+                g.store(true, Ordering::SeqCst);
+            }
+            Ok(())
+        }
+    });
+    run(&env).unwrap();
+    assert_eq!(rows.sorted(), vec![(1, 70), (2, 70)]);
+    assert_eq!(late_orders.sorted(), vec![(1, 3)]);
 }
