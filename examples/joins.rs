@@ -205,12 +205,12 @@ fn main() -> anyhow::Result<()> {
 /// Formats an interval join's pair with both records' times.
 struct Pairs;
 
-impl ProcessJoinFunction<String, (String, Timestamp, i64), Line, String> for Pairs {
+impl ProcessJoinFunction<(String, Timestamp, i64), Line, String> for Pairs {
     fn process_element(
         &mut self,
         left: (String, Timestamp, i64),
         right: Line,
-        ctx: &mut JoinContext<'_, '_, String, String>,
+        ctx: &mut JoinContext<'_, String>,
     ) -> weir::Result<()> {
         let line = format!(
             "{},{},{},{},{}",

@@ -419,3 +419,49 @@ fn late_records_of_a_temporal_join_go_to_their_side_output() {
     assert_eq!(rows.sorted(), vec![(1, 70), (2, 70)]);
     assert_eq!(late_orders.sorted(), vec![(1, 3)]);
 }
+
+/// Emits (left id, right id, right time - left time); pairs more than 3 apart go to a side
+/// output instead.
+struct Delay {
+    far: OutputTag<(u32, u32)>,
+}
+
+impl ProcessJoinFunction<(u32, u32), (u32, u32), (u32, u32, i64)> for Delay {
+    fn process_element(
+        &mut self,
+        l: (u32, u32),
+        r: (u32, u32),
+        ctx: &mut JoinContext<'_, (u32, u32, i64)>,
+    ) -> weir::Result<()> {
+        let delay = ctx.right_timestamp() - ctx.left_timestamp();
+        if delay.abs() > 3 {
+            ctx.output(&self.far, (l.1, r.1))
+        } else {
+            ctx.emit((l.1, r.1, delay));
+            Ok(())
+        }
+    }
+}
+
+#[test]
+fn a_process_join_function_sees_both_times_and_emits_to_side_outputs() {
+    let env = Env::new().parallelism(2);
+    let left = timed(&env, vec![((1, 1), 10), ((2, 2), 20)]);
+    let right = timed(
+        &env,
+        vec![((1, 3), 8), ((1, 4), 15), ((2, 5), 21), ((2, 6), 14)],
+    );
+    let far = OutputTag::<(u32, u32)>::new("far");
+    let tag = far.clone();
+    let near = left
+        .key_by(|l| l.0)
+        .interval_join(&right.key_by(|r| r.0))
+        .between(-6, 5)
+        .process(move || Delay { far: tag.clone() })
+        .with_side_output(&far);
+    let far_pairs = near.side_output(&far).collect();
+    let near = near.collect();
+    run(&env).unwrap();
+    assert_eq!(near.sorted(), vec![(1, 3, -2), (2, 5, 1)]);
+    assert_eq!(far_pairs.sorted(), vec![(1, 4), (2, 6)]);
+}

@@ -139,7 +139,7 @@ impl<K: Key, A: Data, B: Data> IntervalJoined<K, A, B> {
     /// # Panics
     /// When the interval is empty: the lower bound above the upper one (after exclusive
     /// bounds are applied), e.g. `between(10, 5)`.
-    pub fn process<O: Data, P: ProcessJoinFunction<K, A, B, O>>(
+    pub fn process<O: Data, P: ProcessJoinFunction<A, B, O>>(
         self,
         make: impl Fn() -> P + Send + Sync + 'static,
     ) -> Stream<O> {

@@ -12,11 +12,13 @@
 
 use super::OpInfo;
 use super::co::{CoContext, CoProcessFunction};
+use super::side::SideOutputs;
 use super::time_buffer::TimeBuffer;
 use crate::data::{Data, Key};
 use crate::dsl::OutputTag;
 use crate::error::{Error, Result};
 use crate::metrics::{self, Counter};
+use crate::output::Collector;
 use crate::state::StateContext;
 use crate::time::Timestamp;
 use crate::timer::TimeDomain;
@@ -29,12 +31,12 @@ use std::marker::PhantomData;
 ///
 /// /// Emits (auction, bid price, seconds from opening to bid).
 /// struct BidDelay;
-/// impl ProcessJoinFunction<u32, (u32, i64), (u32, i64), (u32, i64, i64)> for BidDelay {
+/// impl ProcessJoinFunction<(u32, i64), (u32, i64), (u32, i64, i64)> for BidDelay {
 ///     fn process_element(
 ///         &mut self,
 ///         auction: (u32, i64),
 ///         bid: (u32, i64),
-///         ctx: &mut JoinContext<'_, '_, u32, (u32, i64, i64)>,
+///         ctx: &mut JoinContext<'_, (u32, i64, i64)>,
 ///     ) -> weir_core::Result<()> {
 ///         let delay = ctx.right_timestamp() - ctx.left_timestamp();
 ///         ctx.emit((auction.0, bid.1, delay));
@@ -54,28 +56,30 @@ use std::marker::PhantomData;
 ///     .process(|| BidDelay)
 ///     .collect();
 /// ```
-pub trait ProcessJoinFunction<K, A, B, O>: 'static {
+pub trait ProcessJoinFunction<A, B, O>: 'static {
     /// Called once for each pair of a left and a right record of one key whose times
     /// match; emitted records get the larger of the two times unless set otherwise.
-    fn process_element(
-        &mut self,
-        left: A,
-        right: B,
-        ctx: &mut JoinContext<'_, '_, K, O>,
-    ) -> Result<()>;
+    fn process_element(&mut self, left: A, right: B, ctx: &mut JoinContext<'_, O>) -> Result<()>;
 }
 
-/// What a [`ProcessJoinFunction`] sees for one pair.
-pub struct JoinContext<'a, 'c, K, O> {
-    inner: &'a mut CoContext<'c, K, O>,
+/// What a [`ProcessJoinFunction`] sees for one pair: both records' times, the output and
+/// the side outputs (Flink's `ProcessJoinFunction.Context`).
+pub struct JoinContext<'a, O> {
+    out: &'a mut Collector<O>,
+    side: &'a mut SideOutputs,
     left: Timestamp,
     right: Timestamp,
 }
 
-impl<K: Key, O> JoinContext<'_, '_, K, O> {
-    /// The key both records share.
-    pub fn key(&self) -> &K {
-        self.inner.key()
+impl<'a, O> JoinContext<'a, O> {
+    fn new<K: Key>(ctx: &'a mut CoContext<'_, K, O>, left: Timestamp, right: Timestamp) -> Self {
+        let (out, side) = ctx.outputs();
+        JoinContext {
+            out,
+            side,
+            left,
+            right,
+        }
     }
     /// The left record's event time.
     pub fn left_timestamp(&self) -> Timestamp {
@@ -92,16 +96,17 @@ impl<K: Key, O> JoinContext<'_, '_, K, O> {
     /// Emits a record at [`Self::timestamp`].
     pub fn emit(&mut self, value: O) {
         let ts = self.timestamp();
-        self.inner.emit_at(value, ts)
+        self.out.emit_at(value, ts)
     }
     /// Emits a record at the given time.
     pub fn emit_at(&mut self, value: O, ts: Timestamp) {
-        self.inner.emit_at(value, ts)
+        self.out.emit_at(value, ts)
     }
     /// Emits to the side output `tag` (declare it with
-    /// [`crate::dsl::Stream::with_side_output`] on the join's result).
+    /// [`crate::dsl::Stream::with_side_output`] on the join's result), at the time of
+    /// the record whose arrival completed the pair.
     pub fn output<S: Data>(&mut self, tag: &OutputTag<S>, value: S) -> Result<()> {
-        self.inner.output(tag, value)
+        self.side.emit(tag, value)
     }
 }
 
@@ -184,7 +189,7 @@ pub(crate) struct IntervalJoinFn<K, A, B, O, P> {
     _p: PhantomData<fn(K) -> O>,
 }
 
-impl<K: Key, A: Data, B: Data, O: 'static, P: ProcessJoinFunction<K, A, B, O>>
+impl<K: Key, A: Data, B: Data, O: 'static, P: ProcessJoinFunction<A, B, O>>
     IntervalJoinFn<K, A, B, O, P>
 {
     pub(crate) fn new(
@@ -206,7 +211,7 @@ impl<K: Key, A: Data, B: Data, O: 'static, P: ProcessJoinFunction<K, A, B, O>>
     }
 }
 
-impl<K: Key, A: Data, B: Data, O: 'static, P: ProcessJoinFunction<K, A, B, O>>
+impl<K: Key, A: Data, B: Data, O: 'static, P: ProcessJoinFunction<A, B, O>>
     CoProcessFunction<K, A, B, O> for IntervalJoinFn<K, A, B, O, P>
 {
     fn process1(&mut self, a: A, ctx: &mut CoContext<'_, K, O>) -> Result<()> {
@@ -220,11 +225,7 @@ impl<K: Key, A: Data, B: Data, O: 'static, P: ProcessJoinFunction<K, A, B, O>>
         for (rt, n) in self.right.times()? {
             if self.bounds.matches(t, rt) {
                 for b in self.right.at(rt, n)? {
-                    let mut jc = JoinContext {
-                        inner: ctx,
-                        left: t,
-                        right: rt,
-                    };
+                    let mut jc = JoinContext::new(ctx, t, rt);
                     self.f.process_element(a.clone(), b, &mut jc)?;
                 }
             }
@@ -248,11 +249,7 @@ impl<K: Key, A: Data, B: Data, O: 'static, P: ProcessJoinFunction<K, A, B, O>>
         for (t, n) in self.left.times()? {
             if self.bounds.matches(t, rt) {
                 for a in self.left.at(t, n)? {
-                    let mut jc = JoinContext {
-                        inner: ctx,
-                        left: t,
-                        right: rt,
-                    };
+                    let mut jc = JoinContext::new(ctx, t, rt);
                     self.f.process_element(a, b.clone(), &mut jc)?;
                 }
             }
@@ -290,15 +287,8 @@ impl<K: Key, A: Data, B: Data, O: 'static, P: ProcessJoinFunction<K, A, B, O>>
 /// A [`ProcessJoinFunction`] from a closure over the pair.
 pub(crate) struct ApplyJoin<A, B, O>(pub(crate) std::sync::Arc<dyn Fn(A, B) -> O + Send + Sync>);
 
-impl<K: Key, A: 'static, B: 'static, O: 'static> ProcessJoinFunction<K, A, B, O>
-    for ApplyJoin<A, B, O>
-{
-    fn process_element(
-        &mut self,
-        left: A,
-        right: B,
-        ctx: &mut JoinContext<'_, '_, K, O>,
-    ) -> Result<()> {
+impl<A: 'static, B: 'static, O: 'static> ProcessJoinFunction<A, B, O> for ApplyJoin<A, B, O> {
+    fn process_element(&mut self, left: A, right: B, ctx: &mut JoinContext<'_, O>) -> Result<()> {
         ctx.emit((self.0)(left, right));
         Ok(())
     }
