@@ -465,3 +465,30 @@ fn a_process_join_function_sees_both_times_and_emits_to_side_outputs() {
     assert_eq!(near.sorted(), vec![(1, 3, -2), (2, 5, 1)]);
     assert_eq!(far_pairs.sorted(), vec![(1, 4), (2, 6)]);
 }
+
+#[test]
+fn late_records_without_a_side_output_are_dropped_and_counted() {
+    let env = Env::new().parallelism(2);
+    let gate = Arc::new(AtomicBool::new(false));
+    let left = gated(&env, &gate, ((1, 3), 100));
+    let right = timed(&env, vec![((1, 9), 50), ((1, 8), 1000)]);
+    let g = gate.clone();
+    let pairs = left
+        .key_by(|l| l.0)
+        .interval_join(&right.key_by(|r| r.0))
+        .between(-100, 0)
+        .apply(|l, r| (l.1, r.1))
+        .name("interval-join-drops")
+        .key_by(|_| 0u8)
+        .process(move || OpenAt1500(g.clone()))
+        .collect();
+    run(&env).unwrap();
+    assert_eq!(pairs.sorted(), vec![(1, 8)]);
+    let dropped = |input| {
+        weir::metrics::sum(
+            "join_late_records_dropped_total",
+            &[("operator", "interval-join-drops"), ("input", input)],
+        )
+    };
+    assert_eq!((dropped("left"), dropped("right")), (1.0, 0.0));
+}
