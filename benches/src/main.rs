@@ -26,10 +26,19 @@
 //! runs one Nexmark query over a bounded generated stream (see `docs/nexmark.md`) and
 //! prints events, elapsed, events_per_sec, the CPU seconds the process used (generator
 //! included), events per core-second, and `results` (records the query emitted).
+//!
+//! ```text
+//! cargo run --release -p weir-bench -- interval-join --events 5000000 [--upper-ms 10] \
+//!     [--watermark-delay-ms 10] [--parallelism P] [--state memory|rocksdb]
+//! cargo run --release -p weir-bench -- temporal-join --events 5000000 [--parallelism P] ...
+//! ```
+//! runs a Nexmark-shaped join by event time (bids with auctions; see `time_joins.rs`) and
+//! prints the same fields as `keyed-sum`; `results` is the number of joined records.
 
 mod async_io;
 mod cluster;
 mod jobs;
+mod time_joins;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
@@ -58,6 +67,10 @@ enum Job {
     /// generator → map_async against a service with a fixed latency → count: throughput
     /// next to the capacity bound (capacity × parallelism ÷ latency).
     AsyncIo(AsyncIoArgs),
+    /// Nexmark auctions interval-joined with their bids of the first `--upper-ms` → count.
+    IntervalJoin(JoinArgs),
+    /// Nexmark bids temporal-joined with their auction's row at the bid's time → count.
+    TemporalJoin(JoinArgs),
     /// A worker of `keyed-sum --workers N`, started by the coordinating weir-bench.
     #[command(hide = true)]
     ClusterWorker(WorkerArgs),
@@ -99,6 +112,28 @@ struct AsyncIoArgs {
     /// The service: in this process on the runtime's timer, or HTTP on loopback.
     #[arg(long, value_enum, default_value_t = async_io::Service::Local)]
     service: async_io::Service,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct JoinArgs {
+    #[command(flatten)]
+    job: Args,
+    /// The interval join's upper bound: bids up to this many ms after the auction opened.
+    #[arg(long, default_value_t = 10)]
+    upper_ms: i64,
+    /// How far the watermark trails the largest event time (ms).
+    #[arg(long, default_value_t = 10)]
+    watermark_delay_ms: i64,
+}
+
+impl JoinArgs {
+    fn job(&self) -> time_joins::JoinJob {
+        time_joins::JoinJob {
+            events: self.job.events,
+            upper_ms: self.upper_ms,
+            watermark_delay_ms: self.watermark_delay_ms,
+        }
+    }
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -389,6 +424,8 @@ fn main() -> ExitCode {
     let (name, args) = match &cli.job {
         Job::KeyedSum(a) => ("keyed-sum", &a.job),
         Job::WindowCount(a) => ("window-count", a),
+        Job::IntervalJoin(a) => ("interval-join", &a.job),
+        Job::TemporalJoin(a) => ("temporal-join", &a.job),
         Job::Nexmark(n) => return nexmark(n),
         Job::ClusterWorker(w) => return cluster_worker(w),
         Job::AsyncIo(a) => {
@@ -485,6 +522,8 @@ fn main() -> ExitCode {
             jobs::keyed_sum(a.job.events, a.job.keys, &setup).map_err(Into::into)
         }
         Job::WindowCount(ref a) => jobs::window_count(a.events, a.keys, &setup).map_err(Into::into),
+        Job::IntervalJoin(ref a) => time_joins::interval_join(&a.job(), &setup).map_err(Into::into),
+        Job::TemporalJoin(ref a) => time_joins::temporal_join(&a.job(), &setup).map_err(Into::into),
         Job::Recovery(_) | Job::Nexmark(_) | Job::ClusterWorker(_) | Job::AsyncIo(_) => {
             unreachable!("handled above")
         }

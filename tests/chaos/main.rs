@@ -23,3 +23,4 @@ mod ownership;
 mod property;
 mod restarts;
 mod storage;
+mod time_joins;

@@ -30,5 +30,6 @@ mod rest_figures;
 mod rest_secret;
 mod sources_sinks;
 mod state_kinds;
+mod time_joins;
 mod timers;
 mod windows;

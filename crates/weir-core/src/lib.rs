@@ -38,14 +38,15 @@ pub mod prelude {
     pub use crate::changelog::Change;
     pub use crate::data::{Data, Key};
     pub use crate::dsl::{
-        ConnectedStreams, GeneratorSource, JoinedStreams, KeyedConnectedStreams, KeyedStream,
-        OutputTag, Pipeline, SourceContext, SourceFunction, SourceOutput, Stream, WindowedJoin,
-        WindowedStream,
+        ConnectedStreams, GeneratorSource, IntervalJoin, IntervalJoined, JoinedStreams,
+        KeyedConnectedStreams, KeyedStream, OutputTag, Pipeline, SourceContext, SourceFunction,
+        SourceOutput, Stream, TemporalJoin, WindowedJoin, WindowedStream,
     };
     pub use crate::error::{Error, Result};
     pub use crate::graph::SourceStatus;
     pub use crate::ops::co::{CoContext, CoProcessFunction};
     pub use crate::ops::dedup::IdempotencyError;
+    pub use crate::ops::interval_join::{JoinContext, ProcessJoinFunction};
     pub use crate::ops::keyed::{AggregateFunction, Count, KeyedContext, KeyedProcessFunction};
     pub use crate::ops::process::{ProcessContext, ProcessFunction};
     pub use crate::ops::sink::{Collected, SinkContext, SinkFunction};

@@ -9,19 +9,23 @@ mod async_io;
 mod connected;
 mod dedup;
 mod figures;
+mod interval_join;
 mod keyed;
 mod process;
 mod sources;
 mod splits;
 mod stream;
+mod temporal_join;
 mod windowed;
 
 pub use connected::{ConnectedStreams, JoinedStreams, KeyedConnectedStreams, WindowedJoin};
 pub use figures::{PartitionFigures, PartitionGauges, SourceFigures};
+pub use interval_join::{IntervalJoin, IntervalJoined};
 pub use keyed::KeyedStream;
 pub use sources::{GeneratorSource, SOURCE_BATCH, SourceContext, SourceFunction, SourceOutput};
 pub use splits::SplitPositions;
 pub use stream::{OutputTag, SinkHandle, Stream};
+pub use temporal_join::TemporalJoin;
 pub use windowed::WindowedStream;
 
 use crate::data::Data;

@@ -217,6 +217,11 @@ impl<K: Key, O> KeyedContext<'_, K, O> {
     pub fn delete_processing_time_timer(&mut self, time: i64) {
         self.timers.processing.delete(time, self.key.clone(), ());
     }
+    /// The output buffer and the side outputs, for contexts built on this one (the
+    /// interval join's `JoinContext`).
+    pub(crate) fn outputs(&mut self) -> (&mut Collector<O>, &mut SideOutputs) {
+        (self.out, self.side)
+    }
     /// How many processing-time timers this subtask has pending (all keys), and the
     /// earliest.
     pub(crate) fn processing_timers(&self) -> (usize, Option<i64>) {

@@ -9,11 +9,16 @@ pub mod basic;
 pub mod co;
 pub mod dedup;
 pub mod file_sink;
+pub mod interval_join;
 pub mod keyed;
 pub mod object_sink;
 pub mod process;
 pub(crate) mod side;
 pub mod sink;
+pub mod temporal_join;
+mod time_buffer;
+#[cfg(test)]
+mod time_join_tests;
 
 use crate::error::{Error, Location, Result};
 use std::panic::{AssertUnwindSafe, catch_unwind};

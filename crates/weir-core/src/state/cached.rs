@@ -212,6 +212,42 @@ impl<K: Key, V: Data> CachedTable<K, V> {
         Ok(())
     }
 
+    /// The cache slot of `k`, loaded from the store if it is not cached (a newly loaded
+    /// slot counts as used only from its next access, as with [`Self::get`]).
+    fn slot(&mut self, k: &K) -> Result<&mut Slot<V>> {
+        if self.map.contains_key(k) {
+            let slot = self.map.get_mut(k).expect("checked above");
+            slot.used = true;
+            return Ok(slot);
+        }
+        let value = match self
+            .store
+            .get(&store_key(&self.name, k, self.max_parallelism)?)?
+        {
+            Some(bytes) => Some(codec::decode::<V>(&bytes)?),
+            None => None,
+        };
+        self.make_room()?;
+        Ok(self.map.entry(k.clone()).or_insert(Slot {
+            value,
+            dirty: false,
+            used: false,
+        }))
+    }
+
+    /// Reads the value of `k` in place, without copying it (map state reads one entry of
+    /// a map that may be large).
+    fn read<R>(&mut self, k: &K, f: impl FnOnce(Option<&V>) -> R) -> Result<R> {
+        Ok(f(self.slot(k)?.value.as_ref()))
+    }
+
+    /// Changes the value of `k` in place and marks it for the store.
+    fn modify<R>(&mut self, k: &K, f: impl FnOnce(&mut Option<V>) -> R) -> Result<R> {
+        let slot = self.slot(k)?;
+        slot.dirty = true;
+        Ok(f(&mut slot.value))
+    }
+
     /// Keeps the cache within its capacity: write the changes back, then evict every entry
     /// not used since the last eviction, and more if those used fill over half the cache.
     fn make_room(&mut self) -> Result<()> {
@@ -346,36 +382,37 @@ pub(super) struct CachedMap<K, UK, UV> {
 
 impl<K: Key, UK: Key, UV: Data> MapAccess<UK, UV> for CachedMap<K, UK, UV> {
     fn get(&self, uk: &UK) -> Result<Option<UV>> {
-        Ok(self
-            .key
-            .with(|k| self.table.borrow_mut().get(k))?
-            .and_then(|m| m.get(uk).cloned()))
+        self.key.with(|k| {
+            self.table
+                .borrow_mut()
+                .read(k, |m| m.and_then(|m| m.get(uk).cloned()))
+        })
     }
     fn put(&mut self, uk: UK, uv: UV) -> Result<()> {
         self.key.with(|k| {
-            let mut t = self.table.borrow_mut();
-            let mut m = t.get(k)?.unwrap_or_default();
-            m.insert(uk, uv);
-            t.put(k, Some(m))
+            self.table.borrow_mut().modify(k, |m| {
+                m.get_or_insert_with(BTreeMap::new).insert(uk, uv);
+            })
         })
     }
     fn remove(&mut self, uk: &UK) -> Result<Option<UV>> {
         self.key.with(|k| {
-            let mut t = self.table.borrow_mut();
-            let Some(mut m) = t.get(k)? else {
-                return Ok(None);
-            };
-            let v = m.remove(uk);
-            t.put(k, if m.is_empty() { None } else { Some(m) })?;
-            Ok(v)
+            self.table.borrow_mut().modify(k, |m| {
+                let v = m.as_mut().and_then(|map| map.remove(uk));
+                if m.as_ref().is_some_and(|map| map.is_empty()) {
+                    *m = None;
+                }
+                v
+            })
         })
     }
     fn entries(&self) -> Result<Vec<(UK, UV)>> {
-        Ok(self
-            .key
-            .with(|k| self.table.borrow_mut().get(k))?
-            .map(|m| m.into_iter().collect())
-            .unwrap_or_default())
+        self.key.with(|k| {
+            self.table.borrow_mut().read(k, |m| {
+                m.map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                    .unwrap_or_default()
+            })
+        })
     }
     fn clear(&mut self) -> Result<()> {
         self.key.with(|k| self.table.borrow_mut().put(k, None))
