@@ -39,6 +39,7 @@ pub mod prelude {
         OutputTag, Pipeline, SourceContext, SourceFunction, SourceOutput, Stream, WindowedJoin,
         WindowedStream,
     };
+    pub use crate::dsl::{GroupedTable, Table, TableJoin};
     pub use crate::error::{Error, Result};
     pub use crate::graph::SourceStatus;
     pub use crate::ops::co::{CoContext, CoProcessFunction};
@@ -46,6 +47,7 @@ pub mod prelude {
     pub use crate::ops::keyed::{AggregateFunction, Count, KeyedContext, KeyedProcessFunction};
     pub use crate::ops::process::{ProcessContext, ProcessFunction};
     pub use crate::ops::sink::{Collected, SinkContext, SinkFunction};
+    pub use crate::ops::table_agg::{TableAggregate, TableSum};
     pub use crate::output::Collector;
     pub use crate::state::{ListState, MapState, ReducingState, StateContext, ValueState};
     pub use crate::time::{MAX_WATERMARK, MIN_WATERMARK, NO_TIMESTAMP, Timestamp};

@@ -13,6 +13,8 @@ mod process;
 mod sources;
 mod splits;
 mod stream;
+mod table;
+mod table_group;
 mod windowed;
 
 pub use connected::{ConnectedStreams, JoinedStreams, KeyedConnectedStreams, WindowedJoin};
@@ -21,6 +23,8 @@ pub use keyed::KeyedStream;
 pub use sources::{GeneratorSource, SOURCE_BATCH, SourceContext, SourceFunction, SourceOutput};
 pub use splits::SplitPositions;
 pub use stream::{OutputTag, SinkHandle, Stream};
+pub use table::{Table, TableJoin};
+pub use table_group::GroupedTable;
 pub use windowed::WindowedStream;
 
 use crate::data::Data;

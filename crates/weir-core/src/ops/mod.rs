@@ -14,6 +14,8 @@ pub mod object_sink;
 pub mod process;
 pub(crate) mod side;
 pub mod sink;
+pub(crate) mod table;
+pub mod table_agg;
 
 use crate::error::{Error, Location, Result};
 use std::panic::{AssertUnwindSafe, catch_unwind};
