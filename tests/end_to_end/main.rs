@@ -29,5 +29,6 @@ mod rest_figures;
 mod rest_secret;
 mod sources_sinks;
 mod state_kinds;
+mod tables;
 mod timers;
 mod windows;
