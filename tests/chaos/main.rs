@@ -22,3 +22,4 @@ mod ownership;
 mod property;
 mod restarts;
 mod storage;
+mod tables;
