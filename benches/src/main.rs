@@ -49,6 +49,9 @@ enum Job {
     KeyedSum(KeyedSumArgs),
     /// generator with watermarks → key_by → tumbling event-time windows of 1000 → count.
     WindowCount(Args),
+    /// generator → table of the latest value per key → group_by (key mod 100) → sum with
+    /// retractions → the number of changes counted.
+    TableSum(Args),
     /// Recovery time: builds `--keys` keys of `--value-bytes` each in RocksDB, checkpoints,
     /// then measures a restart that restores them (start → state loaded and running).
     Recovery(RecoveryArgs),
@@ -363,6 +366,7 @@ fn main() -> ExitCode {
     let (name, args) = match &cli.job {
         Job::KeyedSum(a) => ("keyed-sum", &a.job),
         Job::WindowCount(a) => ("window-count", a),
+        Job::TableSum(a) => ("table-sum", a),
         Job::Nexmark(n) => return nexmark(n),
         Job::ClusterWorker(w) => return cluster_worker(w),
         Job::Recovery(r) => {
@@ -434,6 +438,7 @@ fn main() -> ExitCode {
             jobs::keyed_sum(a.job.events, a.job.keys, &setup).map_err(Into::into)
         }
         Job::WindowCount(ref a) => jobs::window_count(a.events, a.keys, &setup).map_err(Into::into),
+        Job::TableSum(ref a) => jobs::table_sum(a.events, a.keys, &setup).map_err(Into::into),
         Job::Recovery(_) | Job::Nexmark(_) | Job::ClusterWorker(_) => {
             unreachable!("handled above")
         }

@@ -96,10 +96,9 @@ fn del(k: &str, old: i64) -> Change<String, i64> {
 
 type Upsert = (String, Option<i64>);
 
-fn upsert_table() -> (
-    KeyedProcess<String, Upsert, Change<String, i64>, TableRow<Upsert, i64>>,
-    Emitted<Change<String, i64>>,
-) {
+type UpsertTable = KeyedProcess<String, Upsert, Change<String, i64>, TableRow<Upsert, i64>>;
+
+fn upsert_table() -> (UpsertTable, Emitted<Change<String, i64>>) {
     keyed(
         |(k, _): &Upsert| k.clone(),
         |s| TableRow {
@@ -168,14 +167,14 @@ fn a_table_from_a_changelog_recomputes_old_values_from_its_rows() {
     );
 }
 
-/// The join as the runtime builds it, with its two inputs fed by the test.
-fn join(
-    kind: JoinKind,
-) -> (
+/// The two inputs of a join: records, and the table's changes.
+type JoinInputs = (
     Box<dyn Output<(String, i64)>>,
     Box<dyn Output<Change<String, i64>>>,
-    Emitted<String>,
-) {
+);
+
+/// The join as the runtime builds it, with its two inputs fed by the test.
+fn join(kind: JoinKind) -> (JoinInputs, Emitted<String>) {
     let mut state = StateContext::new(KeyContext::new(), Box::new(NoBackend));
     let f = TableJoinFn {
         row: state.value_state("row").unwrap(),
@@ -193,12 +192,12 @@ fn join(
         info(),
     )
     .unwrap();
-    (records, changes, seen)
+    ((records, changes), seen)
 }
 
 /// Records and table changes in one order: each record sees the row as of that moment.
 fn join_in_order(kind: JoinKind) -> Vec<(String, Timestamp)> {
-    let (mut records, mut changes, seen) = join(kind);
+    let ((mut records, mut changes), seen) = join(kind);
     records.record(("a".into(), 1), 1).unwrap(); // before any row
     changes.record(ins("a", 10), 2).unwrap();
     records.record(("a".into(), 2), 3).unwrap();
