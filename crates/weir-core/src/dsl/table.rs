@@ -144,13 +144,42 @@ impl<K: Key, V: Data> Table<K, V> {
     }
 
     /// The table's changelog: one [`Change`] per change of a row, in the order the rows
-    /// changed (per key).
+    /// changed (per key), each with the timestamp of the record that changed it. Write it
+    /// to a sink, or read it back into a table with [`Table::from_changelog`].
+    ///
+    /// ```
+    /// use weir_core::prelude::*;
+    ///
+    /// let p = Pipeline::new();
+    /// let table = p.from_collection(vec![(1u8, 'x')]).key_by(|r| r.0).to_table();
+    /// let _lines = table
+    ///     .changes()
+    ///     .map(|c| match c {
+    ///         Change::Insert { key, value } => format!("+{key} {value:?}"),
+    ///         Change::Update { key, old, new } => format!("~{key} {old:?} -> {new:?}"),
+    ///         Change::Delete { key, old } => format!("-{key} {old:?}"),
+    ///     })
+    ///     .collect();
+    /// ```
     pub fn changes(&self) -> Stream<Change<K, V>> {
         self.changes.clone()
     }
 
     /// Transforms every value of the table (Kafka Streams' `mapValues`): a stateless map
-    /// of its changes, old values included.
+    /// of its changes, old values included. `f` runs on old values again, so it must be
+    /// deterministic.
+    ///
+    /// ```
+    /// use weir_core::prelude::*;
+    ///
+    /// let p = Pipeline::new();
+    /// let users = p
+    ///     .from_collection(vec![(7u64, "Ann".to_string(), 31u32)])
+    ///     .key_by(|(id, _, _)| *id)
+    ///     .to_table();
+    /// let names: Table<u64, String> = users.map_values(|(_, name, _)| name);
+    /// let _changes = names.changes().collect();
+    /// ```
     pub fn map_values<W: Data>(&self, f: impl Fn(V) -> W + Send + Sync + 'static) -> Table<K, W> {
         let changes = self
             .changes
@@ -234,6 +263,19 @@ pub struct TableJoin<K, T, V> {
 impl<K: Key, T: Data, V: Data> TableJoin<K, T, V> {
     /// Emits `f(record, row)` for each record whose key has a row; other records are
     /// dropped.
+    ///
+    /// ```
+    /// use weir_core::prelude::*;
+    ///
+    /// let p = Pipeline::new();
+    /// let rates = Table::from_upserts(&p.from_collection(vec![("usd".to_string(), Some(110i64))]));
+    /// let _in_euro_cents = p
+    ///     .from_collection(vec![("usd".to_string(), 220i64)])
+    ///     .key_by(|(currency, _)| currency.clone())
+    ///     .join_table(&rates)
+    ///     .inner(|(_, cents), rate| cents * 100 / rate)
+    ///     .collect();
+    /// ```
     pub fn inner<O: Data>(self, f: impl Fn(T, V) -> O + Send + Sync + 'static) -> Stream<O> {
         self.build(
             JoinKind::Inner,

@@ -57,12 +57,37 @@ pub struct GroupedTable<K, V, G> {
 
 impl<K: Key, V: Data, G: Key> GroupedTable<K, V, G> {
     /// The number of rows per group.
+    ///
+    /// ```
+    /// use weir_core::prelude::*;
+    ///
+    /// let p = Pipeline::new();
+    /// // (user, country): users per country.
+    /// let users = p
+    ///     .from_collection(vec![(1u32, "fr".to_string()), (2, "de".into()), (1, "de".into())])
+    ///     .key_by(|(user, _)| *user)
+    ///     .to_table();
+    /// // fr: Insert 1, Delete 1 (user 1 moved); de: Insert 1, Update 1 -> 2.
+    /// let _per_country = users.group_by(|_, (_, country)| country.clone()).count().changes().collect();
+    /// ```
     pub fn count(&self) -> Table<G, u64> {
         self.aggregate(CountRows).name("count")
     }
 
     /// The sum of the values per group, for a table of numbers. See [`TableSum`] for
     /// exactness under retractions.
+    ///
+    /// ```
+    /// use weir_core::prelude::*;
+    ///
+    /// let p = Pipeline::new();
+    /// // (("eu", "a1"), balance): balances per region.
+    /// let balances = Table::from_upserts(&p.from_collection(vec![
+    ///     (("eu".to_string(), "a1".to_string()), Some(10i64)),
+    ///     (("eu".to_string(), "a2".to_string()), Some(5)),
+    /// ]));
+    /// let _per_region = balances.group_by(|(region, _), _| region.clone()).sum().changes().collect();
+    /// ```
     pub fn sum(&self) -> Table<G, V>
     where
         V: TableSum,
@@ -70,7 +95,8 @@ impl<K: Key, V: Data, G: Key> GroupedTable<K, V, G> {
         self.aggregate(SumOf::new(|v: &V| *v)).name("sum")
     }
 
-    /// The sum of a number taken from each row (`field(value)`), per group.
+    /// The sum of a number taken from each row (`field(value)`), per group. See
+    /// [`Table::group_by`] for an example.
     pub fn sum_by<N: TableSum>(
         &self,
         field: impl Fn(&V) -> N + Send + Sync + 'static,

@@ -64,6 +64,16 @@ pub trait TableAggregate<V, Acc, O>: Send + Sync + 'static {
 }
 
 /// Counts the rows of a group ([`crate::dsl::GroupedTable::count`]).
+///
+/// ```
+/// use weir_core::ops::table_agg::{CountRows, TableAggregate};
+///
+/// let mut rows = TableAggregate::<&str, u64, u64>::create(&CountRows);
+/// CountRows.add(&mut rows, "a1");
+/// CountRows.add(&mut rows, "a2");
+/// CountRows.retract(&mut rows, "a1");
+/// assert_eq!(TableAggregate::<&str, u64, u64>::result(&CountRows, &rows), 1);
+/// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CountRows;
 
@@ -86,6 +96,14 @@ impl<V> TableAggregate<V, u64, u64> for CountRows {
 /// so a retraction undoes its addition exactly whatever came in between (the sum is
 /// exact whenever the true sum fits the type); floats add and subtract as usual, so a
 /// retraction may leave a rounding error.
+///
+/// ```
+/// use weir_core::prelude::*;
+///
+/// // Wraparound in between does not matter once the large value is retracted.
+/// assert_eq!(i64::MAX.plus(10).minus(i64::MAX), 10);
+/// assert_eq!(0.1f64.plus(0.2).minus(0.2), 0.10000000000000003);
+/// ```
 pub trait TableSum: Data + Copy + PartialEq {
     /// Zero.
     fn zero() -> Self;
@@ -121,6 +139,17 @@ float_sum!(f32, f64);
 
 /// Sums a number taken from each row ([`crate::dsl::GroupedTable::sum`] and
 /// [`crate::dsl::GroupedTable::sum_by`]).
+///
+/// ```
+/// use weir_core::ops::table_agg::{SumOf, TableAggregate};
+///
+/// let amounts = SumOf::new(|(_, amount): &(String, i64)| *amount);
+/// let mut total = amounts.create();
+/// amounts.add(&mut total, ("eu".to_string(), 10));
+/// amounts.add(&mut total, ("eu".to_string(), 5));
+/// amounts.retract(&mut total, ("eu".to_string(), 10));
+/// assert_eq!(amounts.result(&total), 5);
+/// ```
 pub struct SumOf<V, N> {
     field: Arc<dyn Fn(&V) -> N + Send + Sync>,
 }
