@@ -144,6 +144,28 @@ pub fn window_count(events: u64, keys: u64, setup: &Setup) -> weir::Result<Run> 
     })
 }
 
+/// generator → table of the latest value per key → group by key mod 100 → sum with
+/// retractions → counting sink (the number of changes of the group sums).
+pub fn table_sum(events: u64, keys: u64, setup: &Setup) -> weir::Result<Run> {
+    let env = env(setup);
+    let changes = Arc::new(AtomicU64::new(0));
+    let counter = changes.clone();
+    let upserts = env.generator(events, keys).map(|(k, v)| (k, Some(v)));
+    Table::from_upserts(&upserts)
+        .group_by(|k, _| k % 100)
+        .sum()
+        .changes()
+        .sink("count-changes", move || {
+            Counting::new(counter.clone(), |_: &Change<u64, i64>| 1)
+        });
+    let r = env.execute("table-sum")?;
+    Ok(Run {
+        elapsed_s: r.elapsed.as_secs_f64(),
+        results: changes.load(Ordering::SeqCst),
+        checkpoints: r.checkpoints_completed,
+    })
+}
+
 /// Keeps a `value_bytes`-long value per key.
 struct Fill {
     value_bytes: usize,

@@ -59,6 +59,9 @@ enum Job {
     KeyedSum(KeyedSumArgs),
     /// generator with watermarks → key_by → tumbling event-time windows of 1000 → count.
     WindowCount(Args),
+    /// generator → table of the latest value per key → group_by (key mod 100) → sum with
+    /// retractions → the number of changes counted.
+    TableSum(Args),
     /// Recovery time: builds `--keys` keys of `--value-bytes` each in RocksDB, checkpoints,
     /// then measures a restart that restores them (start → state loaded and running).
     Recovery(RecoveryArgs),
@@ -426,6 +429,7 @@ fn main() -> ExitCode {
         Job::WindowCount(a) => ("window-count", a),
         Job::IntervalJoin(a) => ("interval-join", &a.job),
         Job::TemporalJoin(a) => ("temporal-join", &a.job),
+        Job::TableSum(a) => ("table-sum", a),
         Job::Nexmark(n) => return nexmark(n),
         Job::ClusterWorker(w) => return cluster_worker(w),
         Job::AsyncIo(a) => {
@@ -524,6 +528,7 @@ fn main() -> ExitCode {
         Job::WindowCount(ref a) => jobs::window_count(a.events, a.keys, &setup).map_err(Into::into),
         Job::IntervalJoin(ref a) => time_joins::interval_join(&a.job(), &setup).map_err(Into::into),
         Job::TemporalJoin(ref a) => time_joins::temporal_join(&a.job(), &setup).map_err(Into::into),
+        Job::TableSum(ref a) => jobs::table_sum(a.events, a.keys, &setup).map_err(Into::into),
         Job::Recovery(_) | Job::Nexmark(_) | Job::ClusterWorker(_) | Job::AsyncIo(_) => {
             unreachable!("handled above")
         }

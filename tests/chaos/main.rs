@@ -23,4 +23,5 @@ mod ownership;
 mod property;
 mod restarts;
 mod storage;
+mod tables;
 mod time_joins;

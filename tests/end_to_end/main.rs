@@ -30,6 +30,7 @@ mod rest_figures;
 mod rest_secret;
 mod sources_sinks;
 mod state_kinds;
+mod tables;
 mod time_joins;
 mod timers;
 mod windows;

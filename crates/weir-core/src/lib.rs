@@ -42,6 +42,7 @@ pub mod prelude {
         KeyedConnectedStreams, KeyedStream, OutputTag, Pipeline, SourceContext, SourceFunction,
         SourceOutput, Stream, TemporalJoin, WindowedJoin, WindowedStream,
     };
+    pub use crate::dsl::{GroupedTable, Table, TableJoin};
     pub use crate::error::{Error, Result};
     pub use crate::graph::SourceStatus;
     pub use crate::ops::co::{CoContext, CoProcessFunction};
@@ -50,6 +51,7 @@ pub mod prelude {
     pub use crate::ops::keyed::{AggregateFunction, Count, KeyedContext, KeyedProcessFunction};
     pub use crate::ops::process::{ProcessContext, ProcessFunction};
     pub use crate::ops::sink::{Collected, SinkContext, SinkFunction};
+    pub use crate::ops::table_agg::{TableAggregate, TableSum};
     pub use crate::output::Collector;
     pub use crate::state::{ListState, MapState, ReducingState, StateContext, ValueState};
     pub use crate::time::{MAX_WATERMARK, MIN_WATERMARK, NO_TIMESTAMP, Timestamp};

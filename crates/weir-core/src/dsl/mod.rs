@@ -15,6 +15,8 @@ mod process;
 mod sources;
 mod splits;
 mod stream;
+mod table;
+mod table_group;
 mod temporal_join;
 mod windowed;
 
@@ -25,6 +27,8 @@ pub use keyed::KeyedStream;
 pub use sources::{GeneratorSource, SOURCE_BATCH, SourceContext, SourceFunction, SourceOutput};
 pub use splits::SplitPositions;
 pub use stream::{OutputTag, SinkHandle, Stream};
+pub use table::{Table, TableJoin};
+pub use table_group::GroupedTable;
 pub use temporal_join::TemporalJoin;
 pub use windowed::WindowedStream;
 

@@ -15,6 +15,8 @@ pub mod object_sink;
 pub mod process;
 pub(crate) mod side;
 pub mod sink;
+pub(crate) mod table;
+pub mod table_agg;
 pub mod temporal_join;
 mod time_buffer;
 #[cfg(test)]
