@@ -5,6 +5,7 @@
 //! for one subtask; element types are checked by the compiler end to end and erased only
 //! inside the factories. Nothing here runs anything: `weir::Env::execute` does.
 
+mod changes;
 mod connected;
 mod dedup;
 mod figures;
