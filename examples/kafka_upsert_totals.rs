@@ -6,7 +6,8 @@
 //! scripts/kafka.sh start               # a broker at 127.0.0.1:9092
 //! cargo run --release --example kafka_upsert_totals -- --brokers HOST:PORT --input LINES \
 //!     --topic TOPIC --checkpoint-dir CKDIR [--partitions N] [--checkpoint-interval-ms MS] \
-//!     [--parallelism P] [--max-rate LINES_PER_S] [--transaction-timeout-ms MS] \
+//!     [--parallelism P] [--max-rate LINES_PER_S] [--checkpoint-timeout-ms MS] \
+//!     [--transaction-timeout-ms MS] \
 //!     [--transactional-id-prefix NAME] [--allow-uncompacted]
 //! ```
 //!
@@ -61,6 +62,11 @@ struct Args {
     /// Read at most this many lines per second.
     #[arg(long)]
     max_rate: Option<u64>,
+    /// How long a checkpoint may take before it is given up.
+    #[arg(long, default_value_t = 30_000)]
+    checkpoint_timeout_ms: u64,
+    /// Kafka's transaction.timeout.ms: covers the checkpoint interval plus the checkpoint
+    /// timeout, within the broker's transaction.max.timeout.ms.
     #[arg(long, default_value_t = 60_000)]
     transaction_timeout_ms: u64,
     #[arg(long, default_value = "kafka_upsert_totals")]
@@ -73,10 +79,12 @@ struct Args {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     anyhow::ensure!(args.parallelism > 0, "--parallelism must be at least 1");
-    let env = Env::new().parallelism(args.parallelism).checkpoints(
-        CheckpointConfig::new(&args.checkpoint_dir)
-            .interval(Duration::from_millis(args.checkpoint_interval_ms)),
-    );
+    let mut checkpoints = CheckpointConfig::new(&args.checkpoint_dir)
+        .interval(Duration::from_millis(args.checkpoint_interval_ms));
+    checkpoints.timeout = Duration::from_millis(args.checkpoint_timeout_ms);
+    let env = Env::new()
+        .parallelism(args.parallelism)
+        .checkpoints(checkpoints);
     let lines = match args.max_rate {
         Some(r) => env.read_text_file_at_rate(&args.input, r),
         None => env.read_text_file(&args.input),
