@@ -10,9 +10,11 @@ use std::time::{Duration, Instant};
 use weir::prelude::*;
 use weir_kafka::KafkaUpserts;
 
-/// Per key, the values of its records in log order (`None`: a tombstone), as a
-/// `read_committed` reader sees them.
-fn histories(topic: &str) -> BTreeMap<String, Vec<Option<String>>> {
+/// Per key, the values of its records in log order (`None`: a tombstone).
+type Histories = BTreeMap<String, Vec<Option<String>>>;
+
+/// The [`Histories`] a `read_committed` reader sees in `topic`.
+fn histories(topic: &str) -> Histories {
     let mut by_key: BTreeMap<String, Vec<Option<String>>> = BTreeMap::new();
     for r in read_all(topic, "read_committed") {
         let v = r
@@ -32,10 +34,7 @@ fn latest(h: &BTreeMap<String, Vec<Option<String>>>) -> BTreeMap<String, Option<
 }
 
 /// 20 keys: inserts, updates, deletes and re-inserts, and per key the values expected.
-fn changelog() -> (
-    Vec<Change<String, i64>>,
-    BTreeMap<String, Vec<Option<String>>>,
-) {
+fn changelog() -> (Vec<Change<String, i64>>, Histories) {
     let mut changes = Vec::new();
     let mut table: BTreeMap<String, i64> = BTreeMap::new();
     let mut want: BTreeMap<String, Vec<Option<String>>> = BTreeMap::new();
@@ -72,7 +71,7 @@ fn upserts(topic: &str) -> KafkaUpserts<String, i64> {
         .configure(|s| s.transaction_timeout(Duration::from_secs(60)))
 }
 
-fn run_changes(topic: &str, sink: KafkaUpserts<String, i64>, dir: &Path) -> weir::Result<()> {
+fn run_changes(sink: KafkaUpserts<String, i64>, dir: &Path) -> weir::Result<()> {
     let (changes, _) = changelog();
     let mut checkpoints = CheckpointConfig::new(dir).interval(Duration::from_millis(100));
     // Within the transaction timeout (60 s).
@@ -88,7 +87,7 @@ fn run_changes(topic: &str, sink: KafkaUpserts<String, i64>, dir: &Path) -> weir
 fn a_changelog_becomes_a_compacted_topic_with_every_change_once_and_tombstones() {
     let topic = unique("upserts");
     let dir = tempfile::tempdir().unwrap();
-    run_changes(&topic, upserts(&topic).partitions(3), dir.path()).unwrap();
+    run_changes(upserts(&topic).partitions(3), dir.path()).unwrap();
     // Created by the sink: compacted, with the partitions asked for.
     assert_eq!(
         weir_kafka::admin::topic_setting(broker(), &topic, "cleanup.policy").unwrap(),
@@ -120,7 +119,7 @@ fn a_topic_that_is_not_compacted_is_refused_with_the_command_that_fixes_it() {
     let topic = unique("plain");
     create_topic(&topic, 1);
     let dir = tempfile::tempdir().unwrap();
-    let e = run_changes(&topic, upserts(&topic), dir.path())
+    let e = run_changes(upserts(&topic), dir.path())
         .unwrap_err()
         .to_string();
     assert!(
@@ -134,7 +133,7 @@ fn a_topic_that_is_not_compacted_is_refused_with_the_command_that_fixes_it() {
     assert!(read_all(&topic, "read_uncommitted").is_empty());
     // Allowed explicitly, the job writes with a warning.
     let dir = tempfile::tempdir().unwrap();
-    run_changes(&topic, upserts(&topic).allow_uncompacted(), dir.path()).unwrap();
+    run_changes(upserts(&topic).allow_uncompacted(), dir.path()).unwrap();
     assert_eq!(histories(&topic), changelog().1);
 }
 

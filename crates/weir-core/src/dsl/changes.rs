@@ -4,7 +4,7 @@
 
 use super::{SinkHandle, Stream};
 use crate::changelog::Change;
-use crate::data::{Data, Key};
+use crate::data::{Data, Key, KeyFn};
 use crate::exchange::{Partitioning, hash_partitioner};
 use crate::ops::sink::SinkFunction;
 use std::sync::Arc;
@@ -46,8 +46,7 @@ impl<K: Key, V: Data> Stream<Change<K, V>> {
         name: &str,
         make: impl Fn() -> S + Send + Sync + 'static,
     ) -> SinkHandle {
-        let by_key: Arc<dyn Fn(&Change<K, V>) -> K + Send + Sync> =
-            Arc::new(|c: &Change<K, V>| c.key().clone());
+        let by_key: KeyFn<Change<K, V>, K> = Arc::new(|c: &Change<K, V>| c.key().clone());
         Stream {
             partitioning: Partitioning::Hash(hash_partitioner(by_key)),
             ..self.clone()
