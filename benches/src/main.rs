@@ -26,9 +26,18 @@
 //! runs one Nexmark query over a bounded generated stream (see `docs/nexmark.md`) and
 //! prints events, elapsed, events_per_sec, the CPU seconds the process used (generator
 //! included), events per core-second, and `results` (records the query emitted).
+//!
+//! ```text
+//! cargo run --release -p weir-bench -- upsert-postgres --postgres URL --events 2000000 \
+//!     --keys 100000 [--parallelism P] [--checkpoint-interval-ms MS] [--at-least-once]
+//! ```
+//! writes generated changes into a fresh PostgreSQL table through the upsert sink
+//! (exactly-once unless `--at-least-once`) and prints events per second, the rows and
+//! transactions written, and `results` (the table's rows at the end: `--keys`).
 
 mod cluster;
 mod jobs;
+mod upsert;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
@@ -54,6 +63,8 @@ enum Job {
     Recovery(RecoveryArgs),
     /// One Nexmark query over a bounded generated stream (q0-q9, q11, q14, q17-q22).
     Nexmark(NexmarkArgs),
+    /// generator → changes → the PostgreSQL upsert sink (a table of `--keys` rows).
+    UpsertPostgres(upsert::UpsertArgs),
     /// A worker of `keyed-sum --workers N`, started by the coordinating weir-bench.
     #[command(hide = true)]
     ClusterWorker(WorkerArgs),
@@ -365,6 +376,18 @@ fn main() -> ExitCode {
         Job::WindowCount(a) => ("window-count", a),
         Job::Nexmark(n) => return nexmark(n),
         Job::ClusterWorker(w) => return cluster_worker(w),
+        Job::UpsertPostgres(u) => {
+            return match upsert::run(u) {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("weir-bench: upsert-postgres failed: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Job::Recovery(r) => {
             return match jobs::recovery(r.keys, r.value_bytes, r.parallelism, &r.checkpoint_dir) {
                 Ok(line) => {
@@ -434,7 +457,7 @@ fn main() -> ExitCode {
             jobs::keyed_sum(a.job.events, a.job.keys, &setup).map_err(Into::into)
         }
         Job::WindowCount(ref a) => jobs::window_count(a.events, a.keys, &setup).map_err(Into::into),
-        Job::Recovery(_) | Job::Nexmark(_) | Job::ClusterWorker(_) => {
+        Job::Recovery(_) | Job::Nexmark(_) | Job::ClusterWorker(_) | Job::UpsertPostgres(_) => {
             unreachable!("handled above")
         }
     };
