@@ -465,3 +465,73 @@ impl<K: Key, V: Data> SinkFunction<Change<K, V>> for UpsertSink<K, V> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(subtask: u32, checkpoint: u64) -> Batch {
+        Batch {
+            checkpoint,
+            subtask,
+            key: format!("op/{subtask}/{checkpoint}/0"),
+            rows: codec::encode(&vec![(subtask as i64, Some(checkpoint as i64))]).unwrap(),
+        }
+    }
+
+    fn ctx(subtask: usize, parallelism: usize) -> SinkContext {
+        SinkContext {
+            subtask,
+            parallelism,
+            checkpointing: true,
+            checkpoint_timing: None,
+            name: "totals".into(),
+            operator_id: "op".into(),
+        }
+    }
+
+    #[test]
+    fn a_restore_gives_each_old_subtasks_batches_to_one_new_subtask_in_checkpoint_order() {
+        // Three old subtasks; old subtask 0 left two batches (checkpoint 4 not yet written
+        // when 5 was taken), listed out of order.
+        let states = vec![
+            codec::encode(&vec![batch(0, 5), batch(0, 4)]).unwrap(),
+            codec::encode(&vec![batch(1, 5)]).unwrap(),
+            codec::encode(&vec![batch(2, 5)]).unwrap(),
+        ];
+        let mut got = Vec::new();
+        for new in 0..2 {
+            let mut s = UpsertSink::<i64, i64>::new(Upserts::new("postgres://x", "t"));
+            s.restore(CheckpointId(5), &states, &ctx(new, 2)).unwrap();
+            got.push(
+                s.restored
+                    .iter()
+                    .map(|b| (b.subtask, b.checkpoint))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        assert_eq!(got, vec![vec![(0, 4), (0, 5), (2, 5)], vec![(1, 5)]]);
+    }
+
+    #[test]
+    fn an_unreadable_snapshot_names_the_sink() {
+        let mut s = UpsertSink::<i64, i64>::new(Upserts::new("postgres://x", "t"));
+        let e = s
+            .restore(CheckpointId(1), &[vec![0xff; 3]], &ctx(0, 1))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("upsert sink 'totals'") && e.contains("unreadable"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_payload_hash_is_sha256_of_the_encoded_rows() {
+        // `printf abc | sha256sum`
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}
