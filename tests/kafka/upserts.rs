@@ -190,14 +190,15 @@ fn upsert_totals(input: &Path, topic: &str, ck: &Path, parallelism: usize, rate:
 fn kafka_upsert_totals_killed_at_random_moments_writes_every_change_once() {
     let topic = unique("totals");
     let dir = tempfile::tempdir().unwrap();
-    let (text, want) = totals_input(3000, 41);
+    // 6000 lines at 300 per second: each run below is killed long before the input ends.
+    let (text, want) = totals_input(6000, 41);
     let input = dir.path().join("lines.csv");
     std::fs::write(&input, text).unwrap();
     let ck = dir.path().join("ck");
     let mut x = 5u64;
     for parallelism in [2usize, 1, 2] {
         let before = complete_checkpoints(&ck).last().copied();
-        let run = Running::start(&mut upsert_totals(&input, &topic, &ck, parallelism, 400));
+        let run = Running::start(&mut upsert_totals(&input, &topic, &ck, parallelism, 300));
         // Each run completes a checkpoint of its own before it is killed, so the job moves on.
         let deadline = Instant::now() + Duration::from_secs(60);
         while complete_checkpoints(&ck).last().copied() == before {

@@ -175,8 +175,8 @@ fn upsert_totals_killed_right_after_a_batch_commit_writes_every_change_once() {
 
 #[test]
 fn upsert_totals_killed_at_random_moments_and_rescaled_ends_with_the_exact_table() {
-    // 3000 lines at 1000 per second: every kill below lands while the job still runs.
-    let mut job = Job::new(3000, 17);
+    // 5000 lines at 1000 per second: every kill below lands while the job still runs.
+    let mut job = Job::new(5000, 17);
     let mut rng = Rng(99);
     for parallelism in [2usize, 1, 3, 2] {
         let mut child = job.start(parallelism, 1000, None);
@@ -199,7 +199,7 @@ fn readers_of_the_table_never_see_it_go_back_across_kills() {
     // At parallelism 1 every committed state of the table is the table after some prefix
     // of the input, and exactly-once never commits an older prefix after a newer one —
     // at-least-once would, while a restored job replays changes the table already has.
-    let mut job = Job::new(2500, 29);
+    let mut job = Job::new(4000, 29);
     let table = job.table();
     // The table exists before the reader starts (the job would create it too).
     job.schema

@@ -175,9 +175,16 @@ fn without_checkpoints_exactly_once_writes_everything_in_one_transaction_at_the_
     let t = create_table(&mut s);
     let (changes, want) = changelog();
     let env = paced_env(1, None);
-    write_changes(&env, changes, upserts(&s, &t), &unique("totals"));
+    let op = unique("totals");
+    let distinct: std::collections::BTreeSet<K> = changes.iter().map(|c| c.key().clone()).collect();
+    write_changes(&env, changes, upserts(&s, &t), &op);
     run(&env).unwrap();
     assert_eq!(rows(&mut s, &t), want);
+    // The changes of each key collapsed to its last: one row written per key.
+    assert_eq!(
+        weir::metrics::sum("upsert_rows_written_total", &[("operator", &op)]),
+        distinct.len() as f64
+    );
     assert_eq!(
         batch_keys(&mut s),
         vec![(format!("upsert {t}"), "DONE".to_string())]
