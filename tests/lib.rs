@@ -501,3 +501,10 @@ pub mod certs {
         }
     }
 }
+
+/// The snippets of the section "Writing tables out: upserts" of docs/getting-started.md
+/// (copied by build.rs), compiled as doc tests here, where weir-postgres and weir-kafka are
+/// dependencies.
+#[cfg(doctest)]
+#[doc = include_str!(concat!(env!("OUT_DIR"), "/upserts.md"))]
+pub struct UpsertsGuide;

@@ -34,11 +34,20 @@
 //! ```
 //! runs a Nexmark-shaped join by event time (bids with auctions; see `time_joins.rs`) and
 //! prints the same fields as `keyed-sum`; `results` is the number of joined records.
+//!
+//! ```text
+//! cargo run --release -p weir-bench -- upsert-postgres --postgres URL --events 2000000 \
+//!     --keys 100000 [--parallelism P] [--checkpoint-interval-ms MS] [--at-least-once]
+//! ```
+//! writes generated changes into a fresh PostgreSQL table through the upsert sink
+//! (exactly-once unless `--at-least-once`) and prints events per second, the rows and
+//! transactions written, and `results` (the table's rows at the end: `--keys`).
 
 mod async_io;
 mod cluster;
 mod jobs;
 mod time_joins;
+mod upsert;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
@@ -74,6 +83,8 @@ enum Job {
     IntervalJoin(JoinArgs),
     /// Nexmark bids temporal-joined with their auction's row at the bid's time → count.
     TemporalJoin(JoinArgs),
+    /// generator → changes → the PostgreSQL upsert sink (a table of `--keys` rows).
+    UpsertPostgres(upsert::UpsertArgs),
     /// A worker of `keyed-sum --workers N`, started by the coordinating weir-bench.
     #[command(hide = true)]
     ClusterWorker(WorkerArgs),
@@ -432,6 +443,18 @@ fn main() -> ExitCode {
         Job::TableSum(a) => ("table-sum", a),
         Job::Nexmark(n) => return nexmark(n),
         Job::ClusterWorker(w) => return cluster_worker(w),
+        Job::UpsertPostgres(u) => {
+            return match upsert::run(u) {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("weir-bench: upsert-postgres failed: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Job::AsyncIo(a) => {
             if a.capacity == 0 || a.latency_ms == 0 || a.parallelism == 0 {
                 eprintln!(
@@ -529,7 +552,11 @@ fn main() -> ExitCode {
         Job::IntervalJoin(ref a) => time_joins::interval_join(&a.job(), &setup).map_err(Into::into),
         Job::TemporalJoin(ref a) => time_joins::temporal_join(&a.job(), &setup).map_err(Into::into),
         Job::TableSum(ref a) => jobs::table_sum(a.events, a.keys, &setup).map_err(Into::into),
-        Job::Recovery(_) | Job::Nexmark(_) | Job::ClusterWorker(_) | Job::AsyncIo(_) => {
+        Job::Recovery(_)
+        | Job::Nexmark(_)
+        | Job::ClusterWorker(_)
+        | Job::AsyncIo(_)
+        | Job::UpsertPostgres(_) => {
             unreachable!("handled above")
         }
     };

@@ -1,6 +1,7 @@
 //! weir's Kafka connectors against a real Apache Kafka broker, tried as a user would:
 //! jobs reading and writing real topics, `kafka_sum` run as a child process and killed with
-//! SIGKILL, and the output checked by an independent `read_committed` consumer.
+//! SIGKILL, changelogs written into compacted topics (also by `kafka_upsert_totals` killed
+//! with SIGKILL), and the output checked by an independent `read_committed` consumer.
 //!
 //! The broker is `WEIR_KAFKA_BROKERS` if set (CI starts one with `scripts/kafka.sh start`),
 //! otherwise the tests start one themselves with that script.
@@ -15,3 +16,4 @@ mod lifecycle;
 mod rest;
 mod source;
 mod support;
+mod upserts;

@@ -1,7 +1,8 @@
 //! weir's PostgreSQL sinks against a real PostgreSQL server, tried as a user would: the
 //! APPLY protocol with concurrent and repeated applies, jobs writing through the apply-once
 //! and fenced sinks with duplicates, poison records and retries, and `payments_apply_once`
-//! run as a child process and killed with SIGKILL.
+//! run as a child process and killed with SIGKILL; changelogs upserted into tables, also
+//! by `upsert_totals` killed with SIGKILL.
 //!
 //! The server is `WEIR_POSTGRES_URL` if set (CI starts one with `scripts/postgres.sh
 //! start`), otherwise the tests start one themselves with that script. Every test works in
@@ -11,3 +12,5 @@ mod chaos;
 mod protocol;
 mod sinks;
 mod support;
+mod upsert_chaos;
+mod upserts;

@@ -157,6 +157,32 @@ pub fn broker_setting(brokers: &str, name: &str) -> Result<Option<String>> {
     Ok(None)
 }
 
+/// A topic's setting (for example `cleanup.policy`), as the broker reports it; `None` when
+/// the broker does not report it.
+pub fn topic_setting(brokers: &str, topic: &str, name: &str) -> Result<Option<String>> {
+    let admin = admin_client(brokers)?;
+    let opts = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
+    let res = futures_executor::block_on(
+        admin.describe_configs(&[ResourceSpecifier::Topic(topic)], &opts),
+    )
+    .map_err(|e| {
+        KafkaError::Broker(format!(
+            "cannot read the settings of topic '{topic}' from {brokers}: {e}"
+        ))
+    })?;
+    for r in res {
+        let r = r.map_err(|e| {
+            KafkaError::Broker(format!(
+                "cannot read the settings of topic '{topic}' from {brokers}: {e}"
+            ))
+        })?;
+        if let Some(e) = r.get(name) {
+            return Ok(e.value.clone());
+        }
+    }
+    Ok(None)
+}
+
 /// Creates `topic` if it does not exist (an existing topic is left as it is).
 pub fn ensure_topic(
     brokers: &str,

@@ -8,6 +8,8 @@
 //!   checkpoints (two-phase commit), and recovers pre-committed transactions after any
 //!   crash by re-producing them from the log — no loss even if the job was down longer
 //!   than `transaction.timeout.ms`. An at-least-once mode is available.
+//! - [`KafkaUpserts`]: a changelog (`Stream<Change<K, V>>`) into a compacted topic — the
+//!   encoded key, the new value or a tombstone — through the sink's transactions.
 //! - [`dead_letters`]: a Kafka topic as the dead-letter queue of an external sink (the
 //!   apply-once PostgreSQL sink, for one), letters keyed by their idempotency key.
 //!
@@ -46,8 +48,10 @@ mod error;
 mod sink;
 mod source;
 pub mod txn;
+mod upsert;
 
 pub use dlq::dead_letters;
 pub use error::{KafkaError, Result};
 pub use sink::{DeliveryGuarantee, EXTRA_PRODUCERS, KafkaSink, KafkaSinkFunction};
 pub use source::{KafkaRecord, KafkaSource, KafkaSourceFunction, StartFrom};
+pub use upsert::{KafkaUpsertSink, KafkaUpserts, ensure_compacted};

@@ -54,7 +54,8 @@ pub enum DeliveryGuarantee {
     AtLeastOnce,
 }
 
-type Serializer<T> = Arc<dyn Fn(&T) -> (Option<Vec<u8>>, Vec<u8>) + Send + Sync>;
+/// A record's Kafka key and value; a `None` value is a tombstone.
+type Serializer<T> = Arc<dyn Fn(&T) -> (Option<Vec<u8>>, Option<Vec<u8>>) + Send + Sync>;
 
 /// How many producers a subtask may add to its pool while savepoints (which commit
 /// nothing) or failed checkpoints keep more epochs waiting than the pool holds.
@@ -125,6 +126,28 @@ impl<T: 'static> KafkaSink<T> {
     pub fn serializer(
         mut self,
         f: impl Fn(&T) -> (Option<Vec<u8>>, Vec<u8>) + Send + Sync + 'static,
+    ) -> Self {
+        self.serializer = Some(Arc::new(move |t| {
+            let (k, v) = f(t);
+            (k, Some(v))
+        }));
+        self
+    }
+
+    /// Turns a record into its Kafka key and value, both optional: a `None` value writes a
+    /// tombstone (a record with a null value), which deletes the key from a compacted topic.
+    /// [`KafkaUpserts`](crate::KafkaUpserts) builds on it.
+    ///
+    /// ```
+    /// let sink = weir_kafka::KafkaSink::new("127.0.0.1:9092", "latest", "latest-job")
+    ///     .record_serializer(|(k, v): &(String, Option<i64>)| {
+    ///         (Some(k.as_bytes().to_vec()), v.map(|v| v.to_string().into_bytes()))
+    ///     });
+    /// # let _ = sink;
+    /// ```
+    pub fn record_serializer(
+        mut self,
+        f: impl Fn(&T) -> (Option<Vec<u8>>, Option<Vec<u8>>) + Send + Sync + 'static,
     ) -> Self {
         self.serializer = Some(Arc::new(f));
         self
@@ -244,7 +267,7 @@ pub struct KafkaSinkFunction<T> {
 }
 
 impl<T: 'static> KafkaSinkFunction<T> {
-    fn new(cfg: KafkaSink<T>) -> Self {
+    pub(crate) fn new(cfg: KafkaSink<T>) -> Self {
         let marker_topic = cfg.marker_topic_name();
         KafkaSinkFunction {
             book: TxnBook::new(0, cfg.pool),
@@ -598,7 +621,10 @@ impl<T: 'static> SinkFunction<T> for KafkaSinkFunction<T> {
         let ser = self.cfg.serializer.as_ref().expect("validated in open");
         let (key, payload) = ser(&value);
         let mut r: BaseRecord<'_, [u8], [u8], usize> =
-            BaseRecord::with_opaque_to(&self.cfg.topic, 0).payload(&payload[..]);
+            BaseRecord::with_opaque_to(&self.cfg.topic, 0);
+        if let Some(p) = &payload {
+            r = r.payload(&p[..]);
+        }
         if let Some(k) = &key {
             r = r.key(&k[..]);
         }

@@ -15,6 +15,10 @@
 //! - [`FencedWrites`]: writes applied only when their fencing token is newer than the
 //!   stored one (`... WHERE fence < $new`); a stale token is counted and given up, never
 //!   retried.
+//! - [`Upserts`]: a table kept up to date from a changelog (`Stream<Change<K, V>>`):
+//!   `INSERT ... ON CONFLICT DO UPDATE` and `DELETE` by key, exactly once through the APPLY
+//!   protocol (one transaction per checkpoint and subtask, written when the checkpoint
+//!   completes) or at-least-once.
 //!
 //! Both retry transient failures with weir's [`RetryPolicy`](weir_core::retry::RetryPolicy)
 //! (exponential backoff with full jitter, an attempt limit, a retry budget) and can set
@@ -51,11 +55,16 @@ mod apply;
 mod delivery;
 mod fenced;
 mod sink;
+mod upsert;
+mod upsert_sink;
+mod upsert_table;
 
 pub use apply::{Applied, ApplyError, EffectError, Store};
 pub use fenced::{FencedSink, FencedWrites};
 pub use postgres;
 pub use sink::{ApplyOnce, ApplyOnceSink, SqlParams};
+pub use upsert::{UpsertGuarantee, Upserts};
+pub use upsert_sink::UpsertSink;
 
 use postgres::error::SqlState;
 use weir_core::retry::Outcome;

@@ -6,6 +6,7 @@
 //! inside the factories. Nothing here runs anything: `weir::Env::execute` does.
 
 mod async_io;
+mod changes;
 mod connected;
 mod dedup;
 mod figures;
