@@ -2,14 +2,17 @@
 //! latency, next to what the capacity allows (capacity ÷ latency per subtask).
 //!
 //! generator → `map_async` (capacity N, ordered unless `--unordered`) → counting sink.
-//! The service answers `2 × value` after `--latency-ms`: in this process on the async
-//! runtime's timer (`--service local`, the default, so the figure is the operator's and not
-//! an HTTP stack's), or over HTTP on loopback (`--service http`: an axum server and a
+//! The service answers `2 × value` after `--latency-ms`: in this process on a clock thread of
+//! its own (`--service local`, the default, so the figure is the operator's and not an HTTP
+//! stack's), or over HTTP on loopback (`--service http`: an axum server and a
 //! reqwest client with a connection pool, both on the same runtime).
 
-use std::sync::Arc;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
 use weir::async_io::AsyncOptions;
 use weir::prelude::*;
 use weir_bench::Counting;
@@ -17,15 +20,82 @@ use weir_bench::Counting;
 /// Which service the operator calls.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Service {
-    /// An async function that answers after the latency (a timer on the async runtime).
+    /// An async function that answers after the latency (woken by the service's clock).
     Local,
     /// An HTTP server on 127.0.0.1 that answers after the latency.
     Http,
 }
 
+/// The service's clock: one thread keeps the pending answers by deadline and wakes each
+/// within about 0.1 ms of it, as a remote service with a fixed latency answers. The async
+/// runtime's own timer has millisecond ticks and fires 1 to 2 ms late, which would make a
+/// 10 ms service an 11.5 ms one and measure the timer instead of the operator.
+struct Clock {
+    requests: Mutex<mpsc::Sender<(Instant, oneshot::Sender<()>)>>,
+}
+
+impl Clock {
+    fn start() -> Clock {
+        let (tx, rx) = mpsc::channel::<(Instant, oneshot::Sender<()>)>();
+        let spawned = std::thread::Builder::new()
+            .name("bench-service-clock".into())
+            .spawn(move || {
+                let mut due: BinaryHeap<Reverse<(Instant, u64)>> = BinaryHeap::new();
+                let mut waiting: HashMap<u64, oneshot::Sender<()>> = HashMap::new();
+                let mut next_id = 0u64;
+                loop {
+                    let now = Instant::now();
+                    while let Some(Reverse((at, id))) = due.peek().copied() {
+                        if at > now {
+                            break;
+                        }
+                        due.pop();
+                        if let Some(wake) = waiting.remove(&id) {
+                            let _ = wake.send(());
+                        }
+                    }
+                    let got = match due.peek() {
+                        Some(Reverse((at, _))) => {
+                            rx.recv_timeout(at.saturating_duration_since(Instant::now()))
+                        }
+                        None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+                    };
+                    match got {
+                        Ok((at, wake)) => {
+                            due.push(Reverse((at, next_id)));
+                            waiting.insert(next_id, wake);
+                            next_id += 1;
+                        }
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            panic!("cannot start the service's clock thread: {e}");
+        }
+        Clock {
+            requests: Mutex::new(tx),
+        }
+    }
+
+    /// Waits until `at`.
+    async fn until(&self, at: Instant) {
+        let (wake, woken) = oneshot::channel();
+        let sent = self
+            .requests
+            .lock()
+            .map(|tx| tx.send((at, wake)).is_ok())
+            .unwrap_or(false);
+        if sent {
+            let _ = woken.await;
+        }
+    }
+}
+
 /// The service's figures.
-#[derive(Default)]
 struct Figures {
+    clock: Clock,
     now: AtomicUsize,
     max: AtomicUsize,
     /// Microseconds the requests spent in the service, summed.
@@ -38,7 +108,7 @@ impl Figures {
         let started = Instant::now();
         let inside = self.now.fetch_add(1, Ordering::Relaxed) + 1;
         self.max.fetch_max(inside, Ordering::Relaxed);
-        tokio::time::sleep(latency).await;
+        self.clock.until(started + latency).await;
         self.now.fetch_sub(1, Ordering::Relaxed);
         self.requests.fetch_add(1, Ordering::Relaxed);
         self.busy_us
@@ -87,7 +157,13 @@ pub fn run(
     service: Service,
 ) -> anyhow::Result<serde_json::Value> {
     let latency = Duration::from_millis(latency_ms);
-    let figures = Arc::new(Figures::default());
+    let figures = Arc::new(Figures {
+        clock: Clock::start(),
+        now: AtomicUsize::new(0),
+        max: AtomicUsize::new(0),
+        busy_us: AtomicU64::new(0),
+        requests: AtomicU64::new(0),
+    });
     let env = Env::new().parallelism(parallelism);
     let mut opts = AsyncOptions::new(capacity, latency + Duration::from_secs(30));
     if unordered {
@@ -137,8 +213,8 @@ pub fn run(
     let bound = (capacity * parallelism) as f64 / latency.as_secs_f64();
     let requests = figures.requests.load(Ordering::Relaxed).max(1);
     let service_latency_s = figures.busy_us.load(Ordering::Relaxed) as f64 / requests as f64 / 1e6;
-    // The bound at the latency the service really had (a 10 ms timer fires after 10 to 11
-    // ms, later on a busy machine): how close the operator keeps its capacity busy.
+    // The bound at the latency the service really had (its clock wakes an answer a little
+    // late, later on a busy machine): how close the operator keeps its capacity busy.
     let measured_bound = (capacity * parallelism) as f64 / service_latency_s;
     Ok(serde_json::json!({
         "job": "async-io",
