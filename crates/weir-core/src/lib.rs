@@ -35,12 +35,19 @@ pub mod prelude {
     pub use crate::changelog::Change;
     pub use crate::data::{Data, Key};
     pub use crate::dsl::{
+        BroadcastConnectedStreams, BroadcastStream, KeyedBroadcastConnectedStreams,
+    };
+    pub use crate::dsl::{
         ConnectedStreams, GeneratorSource, JoinedStreams, KeyedConnectedStreams, KeyedStream,
         OutputTag, Pipeline, SourceContext, SourceFunction, SourceOutput, Stream, WindowedJoin,
         WindowedStream,
     };
     pub use crate::error::{Error, Result};
     pub use crate::graph::SourceStatus;
+    pub use crate::ops::broadcast::{
+        BroadcastContext, BroadcastProcessFunction, BroadcastState, BroadcastStateDescriptor,
+        ReadOnlyBroadcastState, ReadOnlyContext,
+    };
     pub use crate::ops::co::{CoContext, CoProcessFunction};
     pub use crate::ops::dedup::IdempotencyError;
     pub use crate::ops::keyed::{AggregateFunction, Count, KeyedContext, KeyedProcessFunction};

@@ -17,7 +17,7 @@ use crate::window::{TimeWindow, WindowAssigner, WindowFn, WindowOperator};
 use std::sync::Arc;
 
 #[allow(clippy::too_many_arguments)]
-fn two_input_node<A: Data, B: Data, O: Data>(
+pub(crate) fn two_input_node<A: Data, B: Data, O: Data>(
     a: &Stream<A>,
     pa: Partitioning<A>,
     b: &Stream<B>,

@@ -5,6 +5,7 @@
 //! for one subtask; element types are checked by the compiler end to end and erased only
 //! inside the factories. Nothing here runs anything: `weir::Env::execute` does.
 
+mod broadcast;
 mod connected;
 mod dedup;
 mod figures;
@@ -15,6 +16,10 @@ mod splits;
 mod stream;
 mod windowed;
 
+pub use broadcast::{
+    BroadcastConnectedStreams, BroadcastStream, ConnectWith, KeyedBroadcastConnectedStreams,
+    KeyedConnectWith,
+};
 pub use connected::{ConnectedStreams, JoinedStreams, KeyedConnectedStreams, WindowedJoin};
 pub use figures::{PartitionFigures, PartitionGauges, SourceFigures};
 pub use keyed::KeyedStream;

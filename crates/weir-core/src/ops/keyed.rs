@@ -217,6 +217,18 @@ impl<K: Key, O> KeyedContext<'_, K, O> {
     pub fn delete_processing_time_timer(&mut self, time: i64) {
         self.timers.processing.delete(time, self.key.clone(), ());
     }
+    /// The same context for a shorter borrow (the broadcast operator wraps it).
+    pub(crate) fn reborrow(&mut self) -> KeyedContext<'_, K, O> {
+        KeyedContext {
+            key: self.key,
+            timestamp: self.timestamp,
+            watermark: self.watermark,
+            processing_time: self.processing_time,
+            timers: &mut *self.timers,
+            out: &mut *self.out,
+            side: &mut *self.side,
+        }
+    }
     /// How many processing-time timers this subtask has pending (all keys), and the
     /// earliest.
     pub(crate) fn processing_timers(&self) -> (usize, Option<i64>) {
