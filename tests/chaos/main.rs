@@ -8,6 +8,7 @@
 //! Sizes are those the CI runs; `WEIR_SOAK=1` multiplies the number of kills by 10.
 
 mod bounded;
+mod broadcast;
 mod cluster;
 mod cluster_object_storage;
 mod cluster_staging;
