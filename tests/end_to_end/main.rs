@@ -5,6 +5,7 @@
 //! in `tests/lib.rs` (`weir_tests`). Outputs of parallel sinks are sorted (or grouped by
 //! key, keeping per-key order) before comparing; no test sleeps to synchronise.
 
+mod broadcast;
 mod checkpoint_stats;
 mod cluster;
 mod cluster_auth;
