@@ -230,9 +230,7 @@ fn main() -> anyhow::Result<()> {
         .uid("alerts")
         .write_text_exactly_once(&args.output, |line| line.clone())
         .uid("alerts-sink");
-    let result = env
-        .execute("rules_alerts")
-        .context("rules_alerts failed")?;
+    let result = env.execute("rules_alerts").context("rules_alerts failed")?;
     tracing::info!(
         lines = result.records_read(),
         "done, {} lines read in {:.2}s",

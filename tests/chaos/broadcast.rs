@@ -29,11 +29,7 @@ fn input(seed: u64) -> (Vec<(i64, String, i64)>, Vec<(i64, String, Option<i64>)>
         .map(|_| {
             t += rng.below(3) as i64;
             let ts = t - rng.below(MAX_DELAY as u64 + 1) as i64;
-            (
-                ts,
-                format!("s{}", rng.below(8)),
-                rng.below(1_000) as i64,
-            )
+            (ts, format!("s{}", rng.below(8)), rng.below(1_000) as i64)
         })
         .collect();
     let end = t;
@@ -205,7 +201,10 @@ fn sigkill_and_rescale_keep_broadcast_rules_and_alerts_exact() {
     uninterrupted.run_to_end(2);
     let got = uninterrupted.committed(true);
     let diff = difference("alerts", &got, &expected);
-    assert!(diff.is_empty(), "an uninterrupted run differs from the model: {diff}");
+    assert!(
+        diff.is_empty(),
+        "an uninterrupted run differs from the model: {diff}"
+    );
 
     let chaos = Run::new(&readings, &rules);
     for parallelism in [2, 2, 3] {

@@ -187,9 +187,7 @@ impl BroadcastProcessFunction<(), String, String, String> for Report {
 fn every_instance_of_a_plain_stream_receives_every_broadcast_record() {
     let env = Env::new().parallelism(3);
     let blocked = BroadcastStateDescriptor::<String, ()>::new("blocked");
-    let words = env
-        .from_collection(vec!["x".to_string(); 30])
-        .rebalance();
+    let words = env.from_collection(vec!["x".to_string(); 30]).rebalance();
     let block_list = env
         .from_collection(vec!["spam".to_string(), "eggs".into()])
         .broadcast_state(&blocked);

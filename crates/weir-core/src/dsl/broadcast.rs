@@ -229,16 +229,7 @@ impl<K: Key, A: Data, B: Data> KeyedBroadcastConnectedStreams<K, A, B> {
                 let info = OpInfo::from_ctx(ctx);
                 let mut state = state_context::<K>(ctx)?;
                 let f = guard(&info, || make(&mut state))?;
-                crate::ops::broadcast::build(
-                    ctx,
-                    key_fn.clone(),
-                    &decls,
-                    f,
-                    state,
-                    out,
-                    side,
-                    info,
-                )
+                crate::ops::broadcast::build(ctx, key_fn.clone(), &decls, f, state, out, side, info)
             },
         )
     }

@@ -59,9 +59,7 @@ struct Alerts {
     touch_keyed_state_on_broadcast: bool,
 }
 
-impl BroadcastProcessFunction<String, (String, i64), (String, i64), (String, i64, i64)>
-    for Alerts
-{
+impl BroadcastProcessFunction<String, (String, i64), (String, i64), (String, i64, i64)> for Alerts {
     fn open(&mut self, state: &mut StateContext<String>) -> Result<()> {
         self.count = Some(state.value_state("count")?);
         Ok(())
@@ -338,7 +336,10 @@ fn a_copy_whose_types_changed_fails_the_restore_naming_the_state() {
         panic!("restored")
     };
     let msg = err.to_string();
-    assert!(msg.contains("'limits'") && msg.contains("type changed"), "{msg}");
+    assert!(
+        msg.contains("'limits'") && msg.contains("type changed"),
+        "{msg}"
+    );
 }
 
 #[test]
