@@ -20,9 +20,13 @@ const RULES: usize = 120;
 /// Readings per second: the whole file takes about 2 s.
 const READINGS_RATE: u64 = 1_500;
 
+/// A reading (ts, sensor, value) and a rule (ts, sensor, threshold or off).
+type Reading = (i64, String, i64);
+type Rule = (i64, String, Option<i64>);
+
 /// Readings `ts,sensor,value` over 8 sensors, out of order by up to `MAX_DELAY`, and rules
 /// `ts,sensor,threshold|off` spread over the same time, in order.
-fn input(seed: u64) -> (Vec<(i64, String, i64)>, Vec<(i64, String, Option<i64>)>) {
+fn input(seed: u64) -> (Vec<Reading>, Vec<Rule>) {
     let mut rng = Rng::new(seed);
     let mut t = 0i64;
     let readings: Vec<_> = (0..READINGS)
@@ -46,7 +50,7 @@ fn input(seed: u64) -> (Vec<(i64, String, i64)>, Vec<(i64, String, Option<i64>)>
 
 /// The alerts, the plain way: per reading, the last rule of its sensor from its time or
 /// before (a later line wins at equal times); an alert when the value is above it.
-fn model(readings: &[(i64, String, i64)], rules: &[(i64, String, Option<i64>)]) -> Vec<String> {
+fn model(readings: &[Reading], rules: &[Rule]) -> Vec<String> {
     let mut history: BTreeMap<&str, Vec<(i64, Option<i64>)>> = BTreeMap::new();
     for (ts, sensor, threshold) in rules {
         history.entry(sensor).or_default().push((*ts, *threshold));
@@ -57,8 +61,7 @@ fn model(readings: &[(i64, String, i64)], rules: &[(i64, String, Option<i64>)]) 
             let limit = history
                 .get(sensor.as_str())?
                 .iter()
-                .filter(|(from, _)| from <= ts)
-                .last()?
+                .rfind(|(from, _)| from <= ts)?
                 .1?;
             (*v > limit).then(|| format!("{ts},{sensor},{v},{limit}"))
         })
@@ -77,7 +80,7 @@ struct Run {
 }
 
 impl Run {
-    fn new(readings: &[(i64, String, i64)], rules: &[(i64, String, Option<i64>)]) -> Run {
+    fn new(readings: &[Reading], rules: &[Rule]) -> Run {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = |name: &str| dir.path().join(name);
         let text: String = readings
