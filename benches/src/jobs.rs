@@ -59,7 +59,7 @@ impl KeyedProcessFunction<u64, (u64, i64), (u64, i64)> for RunningSum {
     }
 }
 
-fn env(setup: &Setup) -> Env {
+pub(crate) fn env(setup: &Setup) -> Env {
     let mut env = Env::new()
         .parallelism(setup.parallelism)
         .exchange(setup.batch_size, 16)

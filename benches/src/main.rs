@@ -6,7 +6,10 @@
 //! ```
 //! prints one JSON line per run. `results` proves the work was done: for `keyed-sum` the
 //! number of emitted (key, sum) records (one per 1000 records a subtask processes), for
-//! `window-count` the total of all window counts (equal to `events`). `cpu_s` is the CPU
+//! `window-count` the total of all window counts (equal to `events`), for
+//! `broadcast-rules` (keyed-sum's shape, each record also checked against one of 1000
+//! thresholds in broadcast state) the number of emitted alert counts (one per 1000
+//! records a subtask processes). `cpu_s` is the CPU
 //! seconds (user + system, all threads) the process used during the run (Linux only).
 //!
 //! ```text
@@ -27,6 +30,7 @@
 //! prints events, elapsed, events_per_sec, the CPU seconds the process used (generator
 //! included), events per core-second, and `results` (records the query emitted).
 
+mod broadcast_rules;
 mod cluster;
 mod jobs;
 
@@ -49,6 +53,9 @@ enum Job {
     KeyedSum(KeyedSumArgs),
     /// generator with watermarks → key_by → tumbling event-time windows of 1000 → count.
     WindowCount(Args),
+    /// keyed-sum's shape connected with 1000 broadcast rules (thresholds in broadcast
+    /// state), read on every record.
+    BroadcastRules(Args),
     /// Recovery time: builds `--keys` keys of `--value-bytes` each in RocksDB, checkpoints,
     /// then measures a restart that restores them (start → state loaded and running).
     Recovery(RecoveryArgs),
@@ -363,6 +370,7 @@ fn main() -> ExitCode {
     let (name, args) = match &cli.job {
         Job::KeyedSum(a) => ("keyed-sum", &a.job),
         Job::WindowCount(a) => ("window-count", a),
+        Job::BroadcastRules(a) => ("broadcast-rules", a),
         Job::Nexmark(n) => return nexmark(n),
         Job::ClusterWorker(w) => return cluster_worker(w),
         Job::Recovery(r) => {
@@ -434,6 +442,9 @@ fn main() -> ExitCode {
             jobs::keyed_sum(a.job.events, a.job.keys, &setup).map_err(Into::into)
         }
         Job::WindowCount(ref a) => jobs::window_count(a.events, a.keys, &setup).map_err(Into::into),
+        Job::BroadcastRules(ref a) => {
+            broadcast_rules::broadcast_rules(a.events, a.keys, &setup).map_err(Into::into)
+        }
         Job::Recovery(_) | Job::Nexmark(_) | Job::ClusterWorker(_) => {
             unreachable!("handled above")
         }
