@@ -233,3 +233,18 @@ fn sigkill_and_rescale_keep_broadcast_rules_and_alerts_exact() {
         "killed and resumed at parallelism 2, 2, 3 and 1, the job committed other alerts: {diff}"
     );
 }
+
+#[test]
+fn a_malformed_rule_fails_the_job_naming_the_line() {
+    let readings = vec![(1, "s1".to_string(), 10)];
+    let run = Run::new(&readings, &[]);
+    std::fs::write(&run.rules, "0,s1,5\n3,s1,high\n").expect("write rules");
+    let mut child = run.start(2, false);
+    let status = wait_within(&mut child, Duration::from_secs(60));
+    let err = stderr_of(&mut child);
+    assert!(!status.success(), "a malformed rule was accepted");
+    assert!(
+        err.contains(r#"expected `ts,sensor,threshold` (an integer or `off`), got "3,s1,high""#),
+        "{err}"
+    );
+}
