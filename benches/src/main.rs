@@ -6,7 +6,10 @@
 //! ```
 //! prints one JSON line per run. `results` proves the work was done: for `keyed-sum` the
 //! number of emitted (key, sum) records (one per 1000 records a subtask processes), for
-//! `window-count` the total of all window counts (equal to `events`). `cpu_s` is the CPU
+//! `window-count` the total of all window counts (equal to `events`), for
+//! `broadcast-rules` (keyed-sum's shape, each record also checked against one of 1000
+//! thresholds in broadcast state) the number of emitted alert counts (one per 1000
+//! records a subtask processes). `cpu_s` is the CPU
 //! seconds (user + system, all threads) the process used during the run (Linux only).
 //!
 //! ```text
@@ -44,6 +47,7 @@
 //! transactions written, and `results` (the table's rows at the end: `--keys`).
 
 mod async_io;
+mod broadcast_rules;
 mod cluster;
 mod jobs;
 mod time_joins;
@@ -71,6 +75,9 @@ enum Job {
     /// generator → table of the latest value per key → group_by (key mod 100) → sum with
     /// retractions → the number of changes counted.
     TableSum(Args),
+    /// keyed-sum's shape connected with 1000 broadcast rules (thresholds in broadcast
+    /// state), read on every record.
+    BroadcastRules(Args),
     /// Recovery time: builds `--keys` keys of `--value-bytes` each in RocksDB, checkpoints,
     /// then measures a restart that restores them (start → state loaded and running).
     Recovery(RecoveryArgs),
@@ -441,6 +448,7 @@ fn main() -> ExitCode {
         Job::IntervalJoin(a) => ("interval-join", &a.job),
         Job::TemporalJoin(a) => ("temporal-join", &a.job),
         Job::TableSum(a) => ("table-sum", a),
+        Job::BroadcastRules(a) => ("broadcast-rules", a),
         Job::Nexmark(n) => return nexmark(n),
         Job::ClusterWorker(w) => return cluster_worker(w),
         Job::UpsertPostgres(u) => {
@@ -552,6 +560,9 @@ fn main() -> ExitCode {
         Job::IntervalJoin(ref a) => time_joins::interval_join(&a.job(), &setup).map_err(Into::into),
         Job::TemporalJoin(ref a) => time_joins::temporal_join(&a.job(), &setup).map_err(Into::into),
         Job::TableSum(ref a) => jobs::table_sum(a.events, a.keys, &setup).map_err(Into::into),
+        Job::BroadcastRules(ref a) => {
+            broadcast_rules::broadcast_rules(a.events, a.keys, &setup).map_err(Into::into)
+        }
         Job::Recovery(_)
         | Job::Nexmark(_)
         | Job::ClusterWorker(_)

@@ -9,6 +9,7 @@
 
 mod async_io;
 mod bounded;
+mod broadcast;
 mod cluster;
 mod cluster_object_storage;
 mod cluster_staging;

@@ -6,6 +6,7 @@
 //! key, keeping per-key order) before comparing; no test sleeps to synchronise.
 
 mod async_io;
+mod broadcast;
 mod checkpoint_stats;
 mod cluster;
 mod cluster_auth;

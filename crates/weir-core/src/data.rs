@@ -11,11 +11,33 @@ use std::hash::{Hash, Hasher};
 
 /// A value that can travel between subtasks: cloneable, sendable and serializable
 /// (so it can later cross processes or sit in state). Implemented for every such type.
+///
+/// A type of your own becomes `Data` by deriving what it lacks:
+///
+/// ```
+/// #[derive(Clone, serde::Serialize, serde::Deserialize)]
+/// struct Reading { sensor: String, value: i64 }
+///
+/// fn is_data<T: weir_core::prelude::Data>() {}
+/// is_data::<Reading>();
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot flow through a weir pipeline: it is not `Data`",
+    label = "`{Self}` is not `Data`",
+    note = "records and state must be `Clone + Send + Serialize + Deserialize + 'static`: they are copied, sent between threads and processes, and written into checkpoints",
+    note = "for a type of your own, add `#[derive(Clone, serde::Serialize, serde::Deserialize)]`"
+)]
 pub trait Data: Clone + Send + Serialize + DeserializeOwned + 'static {}
 impl<T: Clone + Send + Serialize + DeserializeOwned + 'static> Data for T {}
 
 /// A value that can key a stream: [`Data`] plus equality, hashing and ordering.
 /// Implemented for every such type (integers, strings, tuples of them, ...).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot key a stream: it is not `Key`",
+    label = "`{Self}` is not `Key`",
+    note = "a key must be `Data` and `Eq + Hash + Ord + Debug`: keys are hashed to key groups and kept in state",
+    note = "for a type of your own, add `#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]`"
+)]
 pub trait Key: Data + Eq + Hash + Ord + std::fmt::Debug {}
 impl<T: Data + Eq + Hash + Ord + std::fmt::Debug> Key for T {}
 

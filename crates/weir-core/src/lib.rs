@@ -38,6 +38,9 @@ pub mod prelude {
     pub use crate::changelog::Change;
     pub use crate::data::{Data, Key};
     pub use crate::dsl::{
+        BroadcastConnectedStreams, BroadcastStream, KeyedBroadcastConnectedStreams,
+    };
+    pub use crate::dsl::{
         ConnectedStreams, GeneratorSource, IntervalJoin, IntervalJoined, JoinedStreams,
         KeyedConnectedStreams, KeyedStream, OutputTag, Pipeline, SourceContext, SourceFunction,
         SourceOutput, Stream, TemporalJoin, WindowedJoin, WindowedStream,
@@ -45,6 +48,10 @@ pub mod prelude {
     pub use crate::dsl::{GroupedTable, Table, TableJoin};
     pub use crate::error::{Error, Result};
     pub use crate::graph::SourceStatus;
+    pub use crate::ops::broadcast::{
+        BroadcastContext, BroadcastProcessFunction, BroadcastState, BroadcastStateDescriptor,
+        ReadOnlyBroadcastState, ReadOnlyContext,
+    };
     pub use crate::ops::co::{CoContext, CoProcessFunction};
     pub use crate::ops::dedup::IdempotencyError;
     pub use crate::ops::interval_join::{JoinContext, ProcessJoinFunction};

@@ -1,7 +1,7 @@
 //! [`KeyedStream`]: a stream partitioned by key, with keyed process functions, rolling
 //! reduce and aggregate, windows, keyed connect and window joins.
 
-use super::{JoinedStreams, KeyedConnectedStreams, Stream, WindowedStream};
+use super::{JoinedStreams, Stream, WindowedStream};
 use crate::data::{Data, Key};
 use crate::exchange::{Partitioning, hash_partitioner};
 use crate::ops::keyed::{
@@ -160,12 +160,12 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
     }
 
     /// Connects with another stream keyed by the same key type, for a keyed two-input
-    /// function with shared state per key.
-    pub fn connect<B: Data>(&self, other: &KeyedStream<K, B>) -> KeyedConnectedStreams<K, T, B> {
-        KeyedConnectedStreams {
-            a: self.clone(),
-            b: other.clone(),
-        }
+    /// function with shared state per key ([`super::KeyedConnectedStreams`]), or with a broadcast
+    /// stream ([`Stream::broadcast_state`]) for a broadcast function that reads the
+    /// broadcast state with keyed state and timers per key
+    /// ([`super::KeyedBroadcastConnectedStreams`]).
+    pub fn connect<O: super::KeyedConnectWith<K, T>>(&self, other: &O) -> O::Connected {
+        other.connected_with(self)
     }
 
     /// Joins with another keyed stream: pairs of records with equal keys in the same window.

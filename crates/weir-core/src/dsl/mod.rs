@@ -6,6 +6,7 @@
 //! inside the factories. Nothing here runs anything: `weir::Env::execute` does.
 
 mod async_io;
+mod broadcast;
 mod changes;
 mod connected;
 mod dedup;
@@ -21,6 +22,10 @@ mod table_group;
 mod temporal_join;
 mod windowed;
 
+pub use broadcast::{
+    BroadcastConnectedStreams, BroadcastStream, ConnectWith, KeyedBroadcastConnectedStreams,
+    KeyedConnectWith,
+};
 pub use connected::{ConnectedStreams, JoinedStreams, KeyedConnectedStreams, WindowedJoin};
 pub use figures::{PartitionFigures, PartitionGauges, SourceFigures};
 pub use interval_join::{IntervalJoin, IntervalJoined};

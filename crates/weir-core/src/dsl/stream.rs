@@ -1,7 +1,7 @@
 //! [`Stream`]: a typed stream and its stateless operators, partitioning, sinks and the
 //! per-operator settings (`name`, `uid`, `parallelism`).
 
-use super::{ConnectedStreams, KeyedStream, NodeDesc, PendingInput, Pipeline};
+use super::{KeyedStream, NodeDesc, PendingInput, Pipeline};
 use crate::data::{Data, Key};
 use crate::error::Result;
 use crate::exchange::Partitioning;
@@ -329,12 +329,12 @@ impl<T: Data> Stream<T> {
         Stream::new(self.p.clone(), id, 0)
     }
 
-    /// Connects two streams for a two-input function ([`ConnectedStreams::process`]).
-    pub fn connect<B: Data>(&self, other: &Stream<B>) -> ConnectedStreams<T, B> {
-        ConnectedStreams {
-            a: self.clone(),
-            b: other.clone(),
-        }
+    /// Connects with another stream for a two-input function
+    /// ([`super::ConnectedStreams::process`]), or with a broadcast stream
+    /// ([`Stream::broadcast_state`]) for a broadcast function
+    /// ([`super::BroadcastConnectedStreams::process`]).
+    pub fn connect<O: super::ConnectWith<T>>(&self, other: &O) -> O::Connected {
+        other.connected_with(self)
     }
 
     /// The side output `tag` of the operator that produced this stream.

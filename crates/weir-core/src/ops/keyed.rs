@@ -222,6 +222,18 @@ impl<K: Key, O> KeyedContext<'_, K, O> {
     pub(crate) fn outputs(&mut self) -> (&mut Collector<O>, &mut SideOutputs) {
         (self.out, self.side)
     }
+    /// The same context for a shorter borrow (the broadcast operator wraps it).
+    pub(crate) fn reborrow(&mut self) -> KeyedContext<'_, K, O> {
+        KeyedContext {
+            key: self.key,
+            timestamp: self.timestamp,
+            watermark: self.watermark,
+            processing_time: self.processing_time,
+            timers: &mut *self.timers,
+            out: &mut *self.out,
+            side: &mut *self.side,
+        }
+    }
     /// How many processing-time timers this subtask has pending (all keys), and the
     /// earliest.
     pub(crate) fn processing_timers(&self) -> (usize, Option<i64>) {

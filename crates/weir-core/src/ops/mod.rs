@@ -6,6 +6,7 @@
 //! [`crate::Error::Operator`] naming the operator and subtask.
 
 pub mod basic;
+pub mod broadcast;
 pub mod co;
 pub mod dedup;
 pub mod file_sink;

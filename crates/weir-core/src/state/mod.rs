@@ -63,15 +63,23 @@ impl<K: Key> KeyContext<K> {
     pub fn set(&self, key: K) {
         *self.current.borrow_mut() = Some(key);
     }
+    /// Leaves no key current (while a broadcast function handles a broadcast record).
+    pub(crate) fn clear(&self) {
+        *self.current.borrow_mut() = None;
+    }
     /// Runs `f` with the current key.
     ///
     /// # Panics
-    /// When no key is set: state was used outside of keyed processing (a bug in the operator).
+    /// When no key is set: state was used outside of keyed processing (a bug in the
+    /// operator, or keyed state used in a broadcast function's
+    /// `process_broadcast_element`, which has no current key).
     #[inline]
     pub fn with<R>(&self, f: impl FnOnce(&K) -> R) -> R {
         let k = self.current.borrow();
-        f(k.as_ref()
-            .expect("keyed state used outside keyed processing"))
+        f(k.as_ref().expect(
+            "keyed state used outside keyed processing: there is no current key (keyed state \
+             cannot be used in process_broadcast_element)",
+        ))
     }
     /// A clone of the current key.
     pub fn get(&self) -> Option<K> {
