@@ -233,6 +233,29 @@ pub fn wait_within(child: &mut std::process::Child, limit: Duration) -> std::pro
     }
 }
 
+/// A small deterministic random number generator (xorshift64*), so every run of a test
+/// sees the same input and kill schedule for a given seed.
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator for `seed` (any value, 0 included).
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    /// The next number.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
 /// Stderr of a finished child (spawned with `Stdio::piped()`), for failure messages.
 pub fn stderr_of(child: &mut std::process::Child) -> String {
     use std::io::Read;

@@ -4,9 +4,8 @@
 //! its committed sessions and late records must be exactly those of an uninterrupted run,
 //! which must in turn be those of a plain-Rust model of the windows.
 
-use crate::harness::{Rng, committed_lines, soak_factor, stderr_of, wait_within};
+use crate::harness::{Rng, committed_lines, kill_at_random, soak_factor, stderr_of, wait_within};
 use std::collections::BTreeMap;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -282,28 +281,9 @@ fn sigkill_and_rescale_change_no_event_time_result() {
     // About 2 s of input at 1,500 records/s: a dozen runs or more of 50–300 ms, each killed,
     // until one gets to the end by itself.
     let chaos = Run::new(&text);
-    let mut rng = Rng::new(0xE7E7);
-    let kills = 16 * soak_factor();
-    let mut landed = 0;
-    for i in 0..kills {
-        let parallelism = [1, 2, 3][i % 3];
-        let mut child = chaos
-            .command(parallelism, Some(1_500))
-            .spawn()
-            .expect("start late_sessions");
-        std::thread::sleep(Duration::from_millis(50 + rng.below(250)));
-        if child.try_wait().expect("poll late_sessions").is_none() {
-            child.kill().expect("SIGKILL late_sessions");
-        }
-        let status = child.wait().expect("reap late_sessions");
-        if status.signal() == Some(9) {
-            landed += 1;
-            continue;
-        }
-        let err = stderr_of(&mut child);
-        assert!(status.success(), "late_sessions failed: {status}\n{err}");
-        break; // it read all of its input and committed it
-    }
+    let landed = kill_at_random("late_sessions", 16 * soak_factor(), 0xE7E7, 250, |i| {
+        chaos.command([1, 2, 3][i % 3], Some(1_500))
+    });
     eprintln!("event_time: {landed} kills landed before a run read the whole input");
     assert!(
         landed >= 5,

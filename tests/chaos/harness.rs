@@ -4,24 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// A small deterministic random number generator (xorshift64*), so every run of a test
-/// sees the same input and kill schedule for a given seed.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+pub use weir_tests::Rng;
 
 /// One chaos scenario: an input file, an output and a checkpoint directory.
 pub struct Scenario {
@@ -244,6 +227,41 @@ pub fn has_complete_checkpoint(dir: &Path) -> bool {
             })
         })
         .unwrap_or(false)
+}
+
+/// Starts a job again and again on its checkpoints (`start(i)` gives run i's command,
+/// spawned with piped stderr) and kills each run with SIGKILL after a random 50 to
+/// 50 + `spread_ms` ms, until a run ends by itself (it read all of its input and committed
+/// it) or `rounds` runs are over. A run that ended by itself must have succeeded. Returns
+/// how many kills landed while the job was running.
+pub fn kill_at_random(
+    name: &str,
+    rounds: usize,
+    seed: u64,
+    spread_ms: u64,
+    mut start: impl FnMut(usize) -> Command,
+) -> usize {
+    use std::os::unix::process::ExitStatusExt;
+    let mut rng = Rng::new(seed);
+    let mut landed = 0;
+    for i in 0..rounds {
+        let mut child = start(i)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {name}: {e}"));
+        std::thread::sleep(std::time::Duration::from_millis(50 + rng.below(spread_ms)));
+        if child.try_wait().expect("poll the job").is_none() {
+            child.kill().expect("SIGKILL the job");
+        }
+        let status = child.wait().expect("reap the job");
+        if status.signal() == Some(9) {
+            landed += 1;
+            continue;
+        }
+        let err = weir_tests::stderr_of(&mut child);
+        assert!(status.success(), "{name} failed: {status}\n{err}");
+        break;
+    }
+    landed
 }
 
 /// How many times the soak mode multiplies the kills.

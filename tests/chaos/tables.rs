@@ -6,9 +6,8 @@
 //! region's changes must chain (each starts from the total the previous one left) to the
 //! model's final totals.
 
-use crate::harness::{Rng, soak_factor, stderr_of, wait_within};
+use crate::harness::{Rng, kill_at_random, soak_factor, stderr_of, wait_within};
 use std::collections::BTreeMap;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -143,27 +142,9 @@ impl Run {
     /// Runs killed with SIGKILL after 50–300 ms, at the parallelisms given in turn, until
     /// one reads its whole input; returns how many kills landed.
     fn kill_repeatedly(&self, parallelisms: &[usize], seed: u64) -> usize {
-        let mut rng = Rng::new(seed);
-        let mut landed = 0;
-        for i in 0..16 * soak_factor() {
-            let mut child = self
-                .command(parallelisms[i % parallelisms.len()], Some(1_500))
-                .spawn()
-                .expect("start table_totals");
-            std::thread::sleep(Duration::from_millis(50 + rng.below(250)));
-            if child.try_wait().expect("poll table_totals").is_none() {
-                child.kill().expect("SIGKILL table_totals");
-            }
-            let status = child.wait().expect("reap table_totals");
-            if status.signal() == Some(9) {
-                landed += 1;
-                continue;
-            }
-            let err = stderr_of(&mut child);
-            assert!(status.success(), "table_totals failed: {status}\n{err}");
-            break;
-        }
-        landed
+        kill_at_random("table_totals", 16 * soak_factor(), seed, 250, |i| {
+            self.command(parallelisms[i % parallelisms.len()], Some(1_500))
+        })
     }
 
     /// The committed changelog: part files in checkpoint order (then subtask), each

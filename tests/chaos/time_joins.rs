@@ -5,9 +5,8 @@
 //! that of an uninterrupted run, which must in turn be the brute-force join of the input.
 
 use super::event_time::difference;
-use crate::harness::{Rng, committed_lines, soak_factor, stderr_of, wait_within};
+use crate::harness::{Rng, committed_lines, kill_at_random, soak_factor, stderr_of, wait_within};
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -187,27 +186,9 @@ fn survives_kills(join: &'static str, state: &'static str, input: &[Line], want:
     // About 1.5 s of input at 2,000 lines/s: up to a dozen runs of 50–250 ms, each killed
     // (unless it got to the end by itself), then one run to the end.
     let chaos = Run::new(join, state, &text);
-    let mut rng = Rng::new(0x701);
-    let mut landed = 0;
-    for i in 0..12 * soak_factor() {
-        let parallelism = [1, 2, 3][i % 3];
-        let mut child = chaos
-            .command(parallelism, Some(2_000))
-            .spawn()
-            .expect("start joins");
-        std::thread::sleep(Duration::from_millis(50 + rng.below(200)));
-        if child.try_wait().expect("poll joins").is_none() {
-            child.kill().expect("SIGKILL joins");
-        }
-        let status = child.wait().expect("reap joins");
-        if status.signal() == Some(9) {
-            landed += 1;
-            continue;
-        }
-        let err = stderr_of(&mut child);
-        assert!(status.success(), "joins failed: {status}\n{err}");
-        break;
-    }
+    let landed = kill_at_random("joins", 12 * soak_factor(), 0x701, 200, |i| {
+        chaos.command([1, 2, 3][i % 3], Some(2_000))
+    });
     eprintln!("{join} join: {landed} kills landed before a run read the whole input");
     assert!(landed >= 4, "only {landed} kills landed while the job ran");
     chaos.run_to_end(2);

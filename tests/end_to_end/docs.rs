@@ -207,11 +207,14 @@ fn every_snippet_compiles_with_the_default_features_a_user_has() {
 
     let weir = repo().join("crates/weir");
     let serde = "serde = { version = \"1.0\", features = [\"derive\"] }";
+    // A project that calls services from async I/O has an async runtime's crate too: the
+    // guide's async snippets sleep on tokio's timer.
+    let tokio = "tokio = { version = \"1\", features = [\"time\"] }";
     std::fs::write(
         project.path().join("Cargo.toml"),
         format!(
             "[package]\nname = \"a-users-project\"\nversion = \"0.1.0\"\nedition = \"2024\"\npublish = false\n\n\
-             [dependencies]\nweir = {{ path = {weir:?} }}\n{serde}\n\n[workspace]\n"
+             [dependencies]\nweir = {{ path = {weir:?} }}\n{serde}\n{tokio}\n\n[workspace]\n"
         ),
     )
     .expect("write manifest");

@@ -6,26 +6,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use weir::prelude::*;
+use weir_tests::Rng;
 use weir_tests::{Stamped, run, run_failing};
-
-/// A small deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 const MAX_DELAY: i64 = 6;
 
 /// `n` records (key, id) with times drifting upwards, each up to `MAX_DELAY` out of order
 /// (none late under a watermark that trails by `MAX_DELAY`).
 fn records(n: u32, keys: u64, seed: u64) -> Vec<((u32, u32), Timestamp)> {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut t = 0;
     (0..n)
         .map(|id| {

@@ -11,6 +11,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+use weir_tests::Rng;
 
 /// How long a run may take before the test calls it hung.
 const RUN_LIMIT: Duration = Duration::from_secs(240);
@@ -23,25 +24,6 @@ const OPEN_TXN_LIMIT: Duration = Duration::from_secs(10);
 /// How long a check waits for a transaction held open past `OPEN_TXN_LIMIT` to end (a
 /// kafka_sum transaction times out after 60 s by default).
 const OPEN_TXN_WAIT: Duration = Duration::from_secs(80);
-
-/// A small deterministic random number generator (xorshift64*), so every run of a test
-/// sees the same input and kill schedule.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// How many times the soak mode multiplies the kills.
 fn soak_factor() -> usize {

@@ -14,6 +14,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
 use std::time::Duration;
+use weir_tests::Rng;
 use weir_tests::operator::{
     copy_dir, newest_complete, request_savepoint, stopped_with, withdraw_request,
 };
@@ -313,21 +314,6 @@ impl Drop for Life {
             let _ = c.kill();
             let _ = c.wait();
         }
-    }
-}
-
-/// A small deterministic random number generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
     }
 }
 

@@ -8,18 +8,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+use weir_tests::Rng;
 use weir_tests::{stderr_of, wait_within};
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 /// Payments for orders 1..=orders, each sent 1–3 times, shuffled; plus `poison` payments
 /// with amount 0 for orders orders+1..=orders+poison (the ledger refuses them).
@@ -34,7 +24,7 @@ struct Payments {
 
 impl Payments {
     fn new(orders: i64, poison: i64, seed: u64) -> Payments {
-        let mut rng = Rng(seed | 1);
+        let mut rng = Rng::new(seed | 1);
         let mut lines = Vec::new();
         let mut valid = BTreeMap::new();
         for order in 1..=orders {
@@ -203,7 +193,7 @@ fn sigkill_between_the_database_commit_and_the_checkpoint_leaves_one_effect_per_
 fn payments_killed_at_random_moments_pay_every_order_once() {
     for (parallelism, seed) in [(1usize, 5u64), (2, 7)] {
         let mut p = Payments::new(300 * soak_factor() as i64, 3, seed);
-        let mut rng = Rng(seed * 31 + 1);
+        let mut rng = Rng::new(seed * 31 + 1);
         for _ in 0..(4 * soak_factor()) {
             let mut child = p.start(parallelism, 600, None);
             std::thread::sleep(Duration::from_millis(150 + rng.below(600)));

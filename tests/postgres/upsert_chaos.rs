@@ -9,18 +9,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+use weir_tests::Rng;
 use weir_tests::{stderr_of, wait_within};
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 /// Lines `account,amount` and `account,close` over `accounts` accounts, and the table they
 /// must leave: account → (total, amounts since opened).
@@ -34,7 +24,7 @@ pub struct Totals {
 
 impl Totals {
     pub fn new(lines: usize, accounts: u64, seed: u64) -> Totals {
-        let mut rng = Rng(seed | 1);
+        let mut rng = Rng::new(seed | 1);
         let mut text = String::new();
         let mut want: BTreeMap<String, (i64, i64)> = BTreeMap::new();
         let mut prefixes = vec![want.clone()];
@@ -177,7 +167,7 @@ fn upsert_totals_killed_right_after_a_batch_commit_writes_every_change_once() {
 fn upsert_totals_killed_at_random_moments_and_rescaled_ends_with_the_exact_table() {
     // 5000 lines at 1000 per second: every kill below lands while the job still runs.
     let mut job = Job::new(5000, 17);
-    let mut rng = Rng(99);
+    let mut rng = Rng::new(99);
     for parallelism in [2usize, 1, 3, 2] {
         let mut child = job.start(parallelism, 1000, None);
         std::thread::sleep(Duration::from_millis(250 + rng.below(500)));
@@ -224,7 +214,7 @@ fn readers_of_the_table_never_see_it_go_back_across_kills() {
             seen
         })
     };
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     for _ in 0..3 {
         let mut child = job.start(1, 1000, None);
         std::thread::sleep(Duration::from_millis(300 + rng.below(500)));
