@@ -28,14 +28,30 @@ impl Reverse {
     }
 
     fn call(&self, i: usize) -> impl Future<Output = ()> + Send + use<> {
+        let wait = self.wait(i);
+        let this = self.clone();
+        async move {
+            wait.await;
+            this.release(i);
+        }
+    }
+
+    /// Waits for call `i`'s turn without letting call `i - 1` go: a test that wants to see
+    /// results in completion order lets the next call go only once a result has come out
+    /// (`release`), since "finished" inside the call is not yet "emitted".
+    fn wait(&self, i: usize) -> impl Future<Output = ()> + Send + use<> {
         let gates = self.gates.clone();
         async move {
             if i + 1 < gates.len() {
                 gates[i].notified().await;
             }
-            if i > 0 {
-                gates[i - 1].notify_one();
-            }
+        }
+    }
+
+    /// Lets call `i - 1` finish.
+    fn release(&self, i: usize) {
+        if i > 0 {
+            self.gates[i - 1].notify_one();
         }
     }
 }
@@ -66,14 +82,19 @@ fn ordered_results_keep_input_order_although_calls_finish_in_reverse() {
 fn unordered_results_leave_as_their_calls_finish() {
     let env = Env::new().parallelism(1);
     let calls = Reverse::new(20);
+    let emitted = calls.clone();
     let out = env
         .from_collection((0..20usize).collect::<Vec<_>>())
         .map_async(opts(20).unordered(), move |i| {
-            let done = calls.call(i);
+            let turn = calls.wait(i);
             async move {
-                done.await;
+                turn.await;
                 i * 10
             }
+        })
+        .map(move |r| {
+            emitted.release(r / 10);
+            r
         })
         .collect();
     run(&env).unwrap();
