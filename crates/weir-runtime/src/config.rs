@@ -93,6 +93,9 @@ pub struct CheckpointConfig {
     pub retain: usize,
     /// Align barriers (exactly-once state); `false` gives at-least-once without alignment.
     pub exactly_once: bool,
+    /// How barriers pass records in flight: aligned (the default), unaligned, or aligned
+    /// until a timeout and unaligned after it (exactly-once only; docs/checkpoints.md).
+    pub mode: CheckpointMode,
     /// Restore from this checkpoint or savepoint instead of the latest one in `dir`.
     pub restore_from: Option<PathBuf>,
     /// Start from scratch when `dir` holds complete checkpoints but none of them verifies.
@@ -121,6 +124,7 @@ impl CheckpointConfig {
             timeout: Duration::from_secs(600),
             retain: 3,
             exactly_once: true,
+            mode: CheckpointMode::Aligned,
             restore_from: None,
             start_fresh_if_unusable: false,
             restart: RestartStrategy::default(),
@@ -134,9 +138,28 @@ impl CheckpointConfig {
         self
     }
 
+    /// Sets how barriers pass records in flight.
+    pub fn mode(mut self, mode: CheckpointMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
     /// Checks the configuration; the error says what to change.
     pub fn validate(&self) -> Result<()> {
         self.restart.validate()?;
+        if !self.exactly_once && self.mode != CheckpointMode::Aligned {
+            return Err(Error::Config(format!(
+                "checkpoint mode {} needs exactly-once checkpoints: at-least-once checkpoints \
+                 never align, so leave the mode at aligned or turn exactly-once on",
+                self.mode
+            )));
+        }
+        if self.mode == CheckpointMode::AlignedTimeout(Duration::ZERO) {
+            return Err(Error::Config(
+                "an aligned-timeout of 0 ms is unaligned: use the unaligned mode, or a positive timeout"
+                    .into(),
+            ));
+        }
         if self.retain == 0 {
             return Err(Error::Config("retain at least 1 checkpoint".into()));
         }
@@ -160,6 +183,74 @@ impl CheckpointConfig {
             )));
         }
         Ok(())
+    }
+}
+
+/// How a checkpoint barrier passes the records queued ahead of it (Flink's aligned and
+/// unaligned checkpoints).
+///
+/// ```
+/// use weir_runtime::{CheckpointConfig, CheckpointMode};
+/// use std::time::Duration;
+/// let c = CheckpointConfig::new("/tmp/ck").mode("unaligned".parse().unwrap());
+/// assert_eq!(c.mode, CheckpointMode::Unaligned);
+/// let t: CheckpointMode = "aligned-timeout:250".parse().unwrap();
+/// assert_eq!(t, CheckpointMode::AlignedTimeout(Duration::from_millis(250)));
+/// assert_eq!(t.to_string(), "aligned-timeout:250");
+/// assert!("sideways".parse::<CheckpointMode>().unwrap_err().to_string().contains("aligned"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CheckpointMode {
+    /// A task with several input channels stops reading each channel once its barrier came
+    /// and snapshots when every barrier has: nothing in flight is stored, but a barrier
+    /// waits behind every record queued before it.
+    #[default]
+    Aligned,
+    /// Aligned, until a task has waited this long for the checkpoint's barriers; then that
+    /// checkpoint goes on unaligned.
+    AlignedTimeout(Duration),
+    /// Barriers overtake the records queued in channels; those records are stored with the
+    /// checkpoint (channel state) and given to the operators again on restore.
+    Unaligned,
+}
+
+/// The timeout of `aligned-timeout` written without one.
+pub const DEFAULT_ALIGNED_TIMEOUT: Duration = Duration::from_millis(200);
+
+impl std::fmt::Display for CheckpointMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CheckpointMode::Aligned => f.write_str("aligned"),
+            CheckpointMode::AlignedTimeout(t) => write!(f, "aligned-timeout:{}", t.as_millis()),
+            CheckpointMode::Unaligned => f.write_str("unaligned"),
+        }
+    }
+}
+
+impl std::str::FromStr for CheckpointMode {
+    type Err = Error;
+
+    /// `aligned`, `unaligned`, `aligned-timeout` (200 ms) or `aligned-timeout:MS`.
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || {
+            Error::Config(format!(
+                "unknown checkpoint mode {s:?}: use aligned, unaligned, aligned-timeout or \
+                 aligned-timeout:MS (MS a positive number of milliseconds)"
+            ))
+        };
+        match s {
+            "aligned" => Ok(CheckpointMode::Aligned),
+            "unaligned" => Ok(CheckpointMode::Unaligned),
+            "aligned-timeout" => Ok(CheckpointMode::AlignedTimeout(DEFAULT_ALIGNED_TIMEOUT)),
+            _ => {
+                let ms = s.strip_prefix("aligned-timeout:").ok_or_else(bad)?;
+                let ms: u64 = ms.parse().map_err(|_| bad())?;
+                if ms == 0 {
+                    return Err(bad());
+                }
+                Ok(CheckpointMode::AlignedTimeout(Duration::from_millis(ms)))
+            }
+        }
     }
 }
 

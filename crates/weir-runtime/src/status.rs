@@ -232,6 +232,7 @@ impl JobStatus {
                 "timeout_ms": ms(c.timeout),
                 "retain": c.retain,
                 "exactly_once": c.exactly_once,
+                "mode": c.mode.to_string(),
                 "restart_strategy": c.restart.to_string(),
             })
         });

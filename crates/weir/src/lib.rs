@@ -26,8 +26,8 @@ pub use weir_core::{
 };
 pub use weir_runtime::logging;
 pub use weir_runtime::{
-    CheckpointConfig, ExponentialDelay, FailureRate, FixedDelay, JobConfig, JobHandle, JobResult,
-    RestartStrategy, SAVEPOINT_REQUEST_FILE, Secret, TaskStats, Tls,
+    CheckpointConfig, CheckpointMode, ExponentialDelay, FailureRate, FixedDelay, JobConfig,
+    JobHandle, JobResult, RestartStrategy, SAVEPOINT_REQUEST_FILE, Secret, TaskStats, Tls,
 };
 pub use weir_state::BackendKind;
 
@@ -71,7 +71,7 @@ pub use weir_state::RocksDbConfig;
 pub mod prelude {
     pub use crate::Env;
     pub use weir_core::prelude::*;
-    pub use weir_runtime::{CheckpointConfig, JobConfig, JobHandle, JobResult};
+    pub use weir_runtime::{CheckpointConfig, CheckpointMode, JobConfig, JobHandle, JobResult};
     pub use weir_state::BackendKind;
 }
 
