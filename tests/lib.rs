@@ -280,9 +280,10 @@ pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
 
 /// The address of a service the tests need: the environment variable `var` if it is set,
 /// otherwise `scripts/SCRIPT start` run with `env`, whose last line of output is the
-/// address. A service started here is stopped (`scripts/SCRIPT stop`, same `env`) once this
-/// test process has exited, by a small watcher process: `cargo test` leaves nothing
-/// running behind it.
+/// address. A service started here is stopped (`scripts/SCRIPT stop`, same `env`) by a
+/// small watcher process once this test process and every other test process that asked
+/// for the same service meanwhile have exited: `cargo test` leaves nothing running behind
+/// it, and a run that starts while an earlier one ends keeps its service.
 ///
 /// # Panics
 /// When the script fails; the message holds its standard error.
@@ -295,18 +296,31 @@ pub fn service_address(var: &str, script: &str, env: &[(&str, std::ffi::OsString
     let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../scripts")
         .join(script);
-    let out = std::process::Command::new("bash")
+    let users = ServiceUsers::new(script, env);
+    // Started and registered under the lock a leaving test process's watcher takes to stop
+    // the service: a run that starts right after another ends never gets a service being
+    // stopped or deleted under it.
+    // `flock -o`: the server the script starts must not inherit (and so hold) the lock.
+    let out = std::process::Command::new("flock")
+        .arg("-o")
+        .arg(&users.lock)
+        .args([
+            "bash",
+            "-c",
+            "bash \"$0\" start && mkdir -p \"$1\" && touch \"$1/$2\"",
+        ])
         .arg(&path)
-        .arg("start")
+        .arg(&users.dir)
+        .arg(std::process::id().to_string())
         .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
-        .unwrap_or_else(|e| panic!("run scripts/{script}: {e}"));
+        .unwrap_or_else(|e| panic!("run scripts/{script} (through flock): {e}"));
     assert!(
         out.status.success(),
         "scripts/{script} start failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    stop_when_this_process_exits(&path, env);
+    stop_when_this_process_exits(&path, env, &users);
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .last()
@@ -315,19 +329,55 @@ pub fn service_address(var: &str, script: &str, env: &[(&str, std::ffi::OsString
         .to_string()
 }
 
+/// Where the test processes using one service instance (a script and its environment)
+/// register, and the lock that orders their starts and stops.
+struct ServiceUsers {
+    lock: std::path::PathBuf,
+    dir: std::path::PathBuf,
+}
+
+impl ServiceUsers {
+    fn new(script: &str, env: &[(&str, std::ffi::OsString)]) -> ServiceUsers {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        env.hash(&mut h);
+        let base = std::env::temp_dir().join("weir-test-services");
+        std::fs::create_dir_all(&base).expect("create the test services' directory");
+        let name = format!("{}-{:016x}", script.trim_end_matches(".sh"), h.finish());
+        ServiceUsers {
+            lock: base.join(format!("{name}.lock")),
+            dir: base.join(format!("{name}.users")),
+        }
+    }
+}
+
 /// Starts a watcher, in its own process group so that it outlives this process, that runs
 /// `script stop` once this process has exited. A test binary has no hook that runs after
 /// its last test, so the watcher polls whether this process is still alive.
-fn stop_when_this_process_exits(script: &std::path::Path, env: &[(&str, std::ffi::OsString)]) {
+fn stop_when_this_process_exits(
+    script: &std::path::Path,
+    env: &[(&str, std::ffi::OsString)],
+    users: &ServiceUsers,
+) {
     use std::os::unix::process::CommandExt;
+    // Once this process is gone: unregister it, and stop the service unless another live
+    // test process registered as its user meanwhile (two test binaries, or two runs,
+    // sharing one service).
+    let release = "rm -f \"$1/$2\"; for f in \"$1\"/*; do [ -e \"$f\" ] || continue; \
+                   if kill -0 \"${f##*/}\" 2>/dev/null; then exit 0; fi; rm -f \"$f\"; done; \
+                   exec bash \"$0\" stop";
     let watch = format!(
-        "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; exec bash \"$0\" stop",
+        "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; \
+         exec flock -o \"$3\" bash -c '{release}' \"$0\" \"$1\" {pid}",
         pid = std::process::id()
     );
     let started = std::process::Command::new("bash")
         .arg("-c")
         .arg(watch)
         .arg(script)
+        .arg(&users.dir)
+        .arg(std::process::id().to_string())
+        .arg(&users.lock)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

@@ -2,9 +2,8 @@
 //! database commit and the next checkpoint, and at random moments — then restarted until it
 //! finishes. Every payment must have exactly one effect.
 
-use crate::support::{Schema, url};
+use crate::support::{Schema, expect_fail_point_kill, url};
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -173,17 +172,7 @@ fn sigkill_between_the_database_commit_and_the_checkpoint_leaves_one_effect_per_
     let mut p = Payments::new(120, 2, 11);
     for _ in 0..3 {
         let mut child = p.start(1, 400, Some("postgres.after_commit=kill"));
-        let status = wait_within(&mut child, Duration::from_secs(60));
-        let err = stderr_of(&mut child);
-        assert_eq!(
-            status.signal(),
-            Some(9),
-            "expected the fail point's SIGKILL: {err}"
-        );
-        assert!(
-            err.contains("fail point 'postgres.after_commit': kill"),
-            "{err}"
-        );
+        expect_fail_point_kill(&mut child, "postgres.after_commit");
     }
     p.run_to_end(1);
     p.check();

@@ -107,3 +107,20 @@ impl Drop for Schema {
             .batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
     }
 }
+
+/// Waits (up to a minute) for a job started with the fail point `POINT=kill` to kill itself
+/// there, and checks that it did: SIGKILL, and the fail point's line on standard error.
+pub fn expect_fail_point_kill(child: &mut std::process::Child, point: &str) {
+    use std::os::unix::process::ExitStatusExt;
+    let status = weir_tests::wait_within(child, std::time::Duration::from_secs(60));
+    let err = weir_tests::stderr_of(child);
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "expected the fail point's SIGKILL: {err}"
+    );
+    assert!(
+        err.contains(&format!("fail point '{point}': kill")),
+        "{err}"
+    );
+}

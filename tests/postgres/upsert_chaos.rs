@@ -3,9 +3,8 @@
 //! restarted until it finishes. The table must hold exactly the final running total of
 //! every open account, and no closed account.
 
-use crate::support::{Schema, url};
+use crate::support::{Schema, expect_fail_point_kill, url};
 use std::collections::BTreeMap;
-use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -141,17 +140,7 @@ fn upsert_totals_killed_right_after_a_batch_commit_writes_every_change_once() {
     let mut job = Job::new(1500, 3);
     for _ in 0..3 {
         let mut child = job.start(1, 1500, Some("postgres.after_commit=kill"));
-        let status = wait_within(&mut child, Duration::from_secs(60));
-        let err = stderr_of(&mut child);
-        assert_eq!(
-            status.signal(),
-            Some(9),
-            "expected the fail point's SIGKILL: {err}"
-        );
-        assert!(
-            err.contains("fail point 'postgres.after_commit': kill"),
-            "{err}"
-        );
+        expect_fail_point_kill(&mut child, "postgres.after_commit");
     }
     // The checkpoint the last run restores had its batch committed just before the kill:
     // the restore finds the batch's key DONE and writes nothing twice.
