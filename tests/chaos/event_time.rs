@@ -4,11 +4,9 @@
 //! its committed sessions and late records must be exactly those of an uninterrupted run,
 //! which must in turn be those of a plain-Rust model of the windows.
 
-use crate::harness::{Rng, committed_lines, kill_at_random, soak_factor, stderr_of, wait_within};
+use crate::harness::{ExampleRun, Rng, committed_lines, kill_at_random, soak_factor};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::path::Path;
 
 /// The job's settings (the example's defaults).
 pub const MAX_DELAY: i64 = 5;
@@ -184,54 +182,24 @@ pub fn assert_same(
 }
 
 /// An input file with output and checkpoint directories for `late_sessions`.
-struct Run {
-    _dir: tempfile::TempDir,
-    input: PathBuf,
-    output: PathBuf,
-    checkpoints: PathBuf,
+struct Run(ExampleRun);
+
+impl std::ops::Deref for Run {
+    type Target = ExampleRun;
+    fn deref(&self) -> &ExampleRun {
+        &self.0
+    }
 }
 
 impl Run {
     fn new(text: &str) -> Run {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let input = dir.path().join("input.csv");
-        std::fs::write(&input, text).expect("write input");
-        Run {
-            input,
-            output: dir.path().join("out"),
-            checkpoints: dir.path().join("ck"),
-            _dir: dir,
-        }
-    }
-
-    fn command(&self, parallelism: usize, max_rate: Option<u64>) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_late_sessions"));
-        c.arg("--input")
-            .arg(&self.input)
-            .arg("--output")
-            .arg(&self.output)
-            .arg("--checkpoint-dir")
-            .arg(&self.checkpoints)
-            .arg("--checkpoint-interval-ms")
-            .arg("40")
-            .arg("--parallelism")
-            .arg(parallelism.to_string())
-            .args(["--state", "memory"])
-            .env_remove("WEIR_FAILPOINTS")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if let Some(r) = max_rate {
-            c.arg("--max-rate").arg(r.to_string());
-        }
-        c
-    }
-
-    fn run_to_end(&self, parallelism: usize) {
-        let mut child = self.command(parallelism, None).spawn().expect("start");
-        let status = wait_within(&mut child, Duration::from_secs(60));
-        let err = stderr_of(&mut child);
-        assert!(status.success(), "late_sessions failed: {status}\n{err}");
+        Run(ExampleRun::new(
+            "late_sessions",
+            env!("CARGO_BIN_EXE_late_sessions"),
+            "input.csv",
+            text,
+            &["--state", "memory"],
+        ))
     }
 
     /// The committed (sessions, late records), sorted.

@@ -229,6 +229,79 @@ pub fn has_complete_checkpoint(dir: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// An example other than `file_sum` set up for chaos runs: its input file, its output and
+/// checkpoint directories, and the flags every run gives it (checkpoints every 40 ms).
+pub struct ExampleRun {
+    /// Keeps the run's files alive.
+    _dir: tempfile::TempDir,
+    name: &'static str,
+    binary: &'static str,
+    pub input: PathBuf,
+    pub output: PathBuf,
+    pub checkpoints: PathBuf,
+    args: Vec<String>,
+}
+
+impl ExampleRun {
+    /// Writes `text` to the input file `input_name`; `binary` is the example's
+    /// `CARGO_BIN_EXE_...`, `args` the flags it gets besides input, output, checkpoints and
+    /// parallelism.
+    pub fn new(
+        name: &'static str,
+        binary: &'static str,
+        input_name: &str,
+        text: &str,
+        args: &[&str],
+    ) -> ExampleRun {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let input = dir.path().join(input_name);
+        std::fs::write(&input, text).expect("write input");
+        ExampleRun {
+            name,
+            binary,
+            input,
+            output: dir.path().join("out"),
+            checkpoints: dir.path().join("ck"),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            _dir: dir,
+        }
+    }
+
+    /// The example's command at `parallelism`, its reader throttled to `max_rate` lines/s.
+    pub fn command(&self, parallelism: usize, max_rate: Option<u64>) -> Command {
+        let mut c = Command::new(self.binary);
+        c.arg("--input")
+            .arg(&self.input)
+            .arg("--output")
+            .arg(&self.output)
+            .arg("--checkpoint-dir")
+            .arg(&self.checkpoints)
+            .args(["--checkpoint-interval-ms", "40"])
+            .arg("--parallelism")
+            .arg(parallelism.to_string())
+            .args(&self.args)
+            .env_remove("WEIR_FAILPOINTS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(r) = max_rate {
+            c.arg("--max-rate").arg(r.to_string());
+        }
+        c
+    }
+
+    /// Runs the example to its end (a minute at most); it must succeed.
+    pub fn run_to_end(&self, parallelism: usize) {
+        let mut child = self
+            .command(parallelism, None)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", self.name));
+        let status = weir_tests::wait_within(&mut child, std::time::Duration::from_secs(60));
+        let err = weir_tests::stderr_of(&mut child);
+        assert!(status.success(), "{} failed: {status}\n{err}", self.name);
+    }
+}
+
 /// Starts a job again and again on its checkpoints (`start(i)` gives run i's command,
 /// spawned with piped stderr) and kills each run with SIGKILL after a random 50 to
 /// 50 + `spread_ms` ms, until a run ends by itself (it read all of its input and committed

@@ -6,10 +6,9 @@
 //! region's changes must chain (each starts from the total the previous one left) to the
 //! model's final totals.
 
-use crate::harness::{Rng, kill_at_random, soak_factor, stderr_of, wait_within};
+use crate::harness::{ExampleRun, Rng, kill_at_random, soak_factor, stderr_of, wait_within};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// `n` lines over `accounts` accounts and five regions: mostly upserts (few accounts, so regions empty and refill) (an account
@@ -90,53 +89,24 @@ fn model(text: &str) -> Vec<String> {
 }
 
 /// An input file with output and checkpoint directories for `table_totals`.
-struct Run {
-    _dir: tempfile::TempDir,
-    input: PathBuf,
-    output: PathBuf,
-    checkpoints: PathBuf,
+struct Run(ExampleRun);
+
+impl std::ops::Deref for Run {
+    type Target = ExampleRun;
+    fn deref(&self) -> &ExampleRun {
+        &self.0
+    }
 }
 
 impl Run {
     fn new(text: &str) -> Run {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let input = dir.path().join("accounts.csv");
-        std::fs::write(&input, text).expect("write input");
-        Run {
-            input,
-            output: dir.path().join("out"),
-            checkpoints: dir.path().join("ck"),
-            _dir: dir,
-        }
-    }
-
-    fn command(&self, parallelism: usize, max_rate: Option<u64>) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_table_totals"));
-        c.arg("--input")
-            .arg(&self.input)
-            .arg("--output")
-            .arg(&self.output)
-            .arg("--checkpoint-dir")
-            .arg(&self.checkpoints)
-            .args(["--checkpoint-interval-ms", "40"])
-            .arg("--parallelism")
-            .arg(parallelism.to_string())
-            .args(["--state", "memory"])
-            .env_remove("WEIR_FAILPOINTS")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if let Some(r) = max_rate {
-            c.arg("--max-rate").arg(r.to_string());
-        }
-        c
-    }
-
-    fn run_to_end(&self, parallelism: usize) {
-        let mut child = self.command(parallelism, None).spawn().expect("start");
-        let status = wait_within(&mut child, Duration::from_secs(60));
-        let err = stderr_of(&mut child);
-        assert!(status.success(), "table_totals failed: {status}\n{err}");
+        Run(ExampleRun::new(
+            "table_totals",
+            env!("CARGO_BIN_EXE_table_totals"),
+            "accounts.csv",
+            text,
+            &["--state", "memory"],
+        ))
     }
 
     /// Runs killed with SIGKILL after 50–300 ms, at the parallelisms given in turn, until

@@ -5,11 +5,8 @@
 //! that of an uninterrupted run, which must in turn be the brute-force join of the input.
 
 use super::event_time::difference;
-use crate::harness::{Rng, committed_lines, kill_at_random, soak_factor, stderr_of, wait_within};
+use crate::harness::{ExampleRun, Rng, committed_lines, kill_at_random, soak_factor};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::Duration;
 
 /// The example's defaults.
 const MAX_DELAY: i64 = 5;
@@ -104,60 +101,29 @@ pub fn temporal_model(lines: &[Line]) -> Vec<String> {
 
 /// An input file with output and checkpoint directories for `joins`.
 struct Run {
-    _dir: tempfile::TempDir,
+    run: ExampleRun,
     join: &'static str,
-    state: &'static str,
-    input: PathBuf,
-    output: PathBuf,
-    checkpoints: PathBuf,
+}
+
+impl std::ops::Deref for Run {
+    type Target = ExampleRun;
+    fn deref(&self) -> &ExampleRun {
+        &self.run
+    }
 }
 
 impl Run {
     fn new(join: &'static str, state: &'static str, text: &str) -> Run {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let input = dir.path().join("input.csv");
-        std::fs::write(&input, text).expect("write input");
         Run {
+            run: ExampleRun::new(
+                "joins",
+                env!("CARGO_BIN_EXE_joins"),
+                "input.csv",
+                text,
+                &["--join", join, "--state", state],
+            ),
             join,
-            state,
-            input,
-            output: dir.path().join("out"),
-            checkpoints: dir.path().join("ck"),
-            _dir: dir,
         }
-    }
-
-    fn command(&self, parallelism: usize, max_rate: Option<u64>) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_joins"));
-        c.args(["--join", self.join])
-            .arg("--input")
-            .arg(&self.input)
-            .arg("--output")
-            .arg(&self.output)
-            .arg("--checkpoint-dir")
-            .arg(&self.checkpoints)
-            .args(["--checkpoint-interval-ms", "40"])
-            .arg("--parallelism")
-            .arg(parallelism.to_string())
-            .args(["--state", self.state])
-            .env_remove("WEIR_FAILPOINTS")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if let Some(r) = max_rate {
-            c.arg("--max-rate").arg(r.to_string());
-        }
-        c
-    }
-
-    fn run_to_end(&self, parallelism: usize) {
-        let mut child = self
-            .command(parallelism, None)
-            .spawn()
-            .expect("start joins");
-        let status = wait_within(&mut child, Duration::from_secs(60));
-        let err = stderr_of(&mut child);
-        assert!(status.success(), "joins failed: {status}\n{err}");
     }
 
     fn committed(&self) -> Vec<String> {
