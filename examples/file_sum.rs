@@ -5,7 +5,7 @@
 //! cargo run --release --example file_sum -- --input IN --output OUTDIR --checkpoint-dir CKDIR \
 //!     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] [--lease-ms MS] \
 //!     [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR] [--measure-bytes]
-//!     [--latency-tracking-ms MS]
+//!     [--latency-tracking-ms MS] [--checkpoint-mode MODE] [--sink-rate RECORDS_PER_S]
 //! ```
 //!
 //! - IN holds lines `key,value` (key: text without commas, value: an i64).
@@ -23,6 +23,17 @@
 //! - `--parallelism` sets the parallelism of the keyed sum and the sink (the file is read by
 //!   one reader so each key's lines stay in file order); it may change between runs.
 //! - `--max-rate` throttles the reader, so a kill can land mid-run.
+//! - `--checkpoint-mode aligned|unaligned|aligned-timeout|aligned-timeout:MS` sets how
+//!   checkpoint barriers pass the records queued in the job's channels (docs/checkpoints.md):
+//!   `aligned` (the default) waits until every record ahead of a barrier is processed;
+//!   `unaligned` lets barriers overtake them and stores those records with the checkpoint
+//!   (they are processed again on restore, so the output stays exactly-once);
+//!   `aligned-timeout:MS` aligns and goes unaligned once a checkpoint's alignment has taken
+//!   MS milliseconds (`aligned-timeout` alone: 200 ms).
+//! - `--sink-rate RECORDS_PER_S` lets each sink subtask write at most that many records per
+//!   second (a throttle right before the sink): a slow sink, as a database that takes
+//!   1–3k rows/s. Records back up into the keyed exchange and the reader slows down to the
+//!   sink's pace (backpressure), which is what unaligned checkpoints are for. At least 1.
 //! - `--state rocksdb|memory` picks the keyed state backend. The default is rocksdb (files
 //!   checkpointed incrementally) when the example is built with `--features rocksdb`, and
 //!   memory otherwise (the quickstart's crate builds without RocksDB by default).
@@ -79,7 +90,7 @@
 
 use anyhow::{Context, bail};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use weir::cluster::{ClusterConfig, Credentials, join_with};
 use weir::prelude::*;
 
@@ -121,6 +132,10 @@ struct Args {
     /// Measure the bytes records take on channels (`--measure-bytes`, with `--web`).
     measure_bytes: bool,
     latency_tracking_ms: Option<u64>,
+    /// How barriers pass records in flight (`--checkpoint-mode`).
+    mode: CheckpointMode,
+    /// Records per second each sink subtask writes at most (`--sink-rate`).
+    sink_rate: Option<u64>,
 }
 
 fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
@@ -147,6 +162,8 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
     let mut tls_dir = None;
     let mut measure_bytes = false;
     let mut latency_tracking_ms = None;
+    let mut mode = CheckpointMode::default();
+    let mut sink_rate = None;
     // RocksDB when this example is built with the `rocksdb` feature, the heap otherwise.
     let mut state = BackendKind::parse(if cfg!(feature = "rocksdb") {
         "rocksdb"
@@ -216,13 +233,16 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
             "--state-cache-entries" => {
                 cache_entries = Some(value()?.parse().context("--state-cache-entries")?)
             }
+            "--checkpoint-mode" => mode = parse_mode(&value()?)?,
+            "--sink-rate" => sink_rate = Some(parse_sink_rate(&value()?)?),
             "-h" | "--help" => {
                 println!(
                     "usage: file_sum --input IN --output OUTDIR|s3://BUCKET/PREFIX --checkpoint-dir CKDIR \
                      [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
                      [--from-savepoint PATH] [--start-fresh-if-unusable] [--state rocksdb|memory] \
                      [--state-cache-entries N] [--lease-ms MS] [--web HOST:PORT] [--secret-file PATH] \
-                     [--tls-dir DIR] [--measure-bytes] [--latency-tracking-ms MS]\n       \
+                     [--tls-dir DIR] [--measure-bytes] [--latency-tracking-ms MS] \
+                     [--checkpoint-mode aligned|unaligned|aligned-timeout[:MS]] [--sink-rate RECORDS_PER_S]\n       \
                      file_sum --cluster coordinator --listen HOST:PORT --workers N \
                      [--heartbeat-timeout-ms MS] <job flags>\n       \
                      file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS] [--secret-file PATH] [--tls-dir DIR]"
@@ -268,6 +288,8 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                 tls: weir::Tls::from_dir_or_env(tls_dir.as_deref())?,
                 measure_bytes,
                 latency_tracking_ms,
+                mode,
+                sink_rate,
             });
         }
         Some(other) => bail!("--cluster is `coordinator` or `worker`, not `{other}`"),
@@ -290,7 +312,24 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         tls: weir::Tls::from_dir_or_env(tls_dir.as_deref())?,
         measure_bytes,
         latency_tracking_ms,
+        mode,
+        sink_rate,
     })
+}
+
+/// `--checkpoint-mode`: the runtime's own words for the modes, and its error message.
+fn parse_mode(text: &str) -> anyhow::Result<CheckpointMode> {
+    text.parse::<CheckpointMode>()
+        .map_err(|e| anyhow::anyhow!("--checkpoint-mode: {e}"))
+}
+
+/// `--sink-rate`: a positive number of records per second.
+fn parse_sink_rate(text: &str) -> anyhow::Result<u64> {
+    match text.parse::<u64>() {
+        Ok(0) => bail!("--sink-rate must be at least 1 record per second"),
+        Ok(r) => Ok(r),
+        Err(e) => bail!("--sink-rate {text:?} is not a number of records per second: {e}"),
+    }
 }
 
 /// The backend with a write-back cache of `n` entries per state (RocksDB only).
@@ -335,6 +374,47 @@ impl KeyedProcessFunction<String, (String, i64), (String, i64)> for RunningSum {
             .ok_or_else(|| Error::user(format!("sum of key '{key}' overflows i64")))?;
         sum.set(next)?;
         ctx.emit((key, next));
+        Ok(())
+    }
+}
+
+/// Lets at most `per_sec` records a second through one subtask (`--sink-rate`): sleeps
+/// whenever it is ahead of that pace, so the sink after it is slow and records back up
+/// upstream. A throttle that fell behind (the input was slower) starts over instead of
+/// letting a burst through.
+struct Throttle {
+    per_sec: u64,
+    start: Option<Instant>,
+    passed: u64,
+}
+
+impl Throttle {
+    fn new(per_sec: u64) -> Self {
+        Throttle {
+            per_sec,
+            start: None,
+            passed: 0,
+        }
+    }
+}
+
+impl ProcessFunction<(String, i64), (String, i64)> for Throttle {
+    fn process(
+        &mut self,
+        record: (String, i64),
+        ctx: &mut ProcessContext<'_, (String, i64)>,
+    ) -> weir::Result<()> {
+        let now = Instant::now();
+        let start = *self.start.get_or_insert(now);
+        let due = start + Duration::from_secs_f64(self.passed as f64 / self.per_sec as f64);
+        if due > now + Duration::from_millis(1) {
+            std::thread::sleep(due - now);
+        } else if now > due + Duration::from_millis(100) {
+            self.start = Some(now);
+            self.passed = 0;
+        }
+        self.passed += 1;
+        ctx.emit(record);
         Ok(())
     }
 }
@@ -401,6 +481,7 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
         .interval(Duration::from_millis(args.interval_ms));
     checkpoints.restore_from = args.from_savepoint.clone();
     checkpoints.start_fresh_if_unusable = args.start_fresh_if_unusable;
+    checkpoints.mode = args.mode;
     if let Some(ms) = args.lease_ms {
         checkpoints.lease = Duration::from_millis(ms);
     }
@@ -428,7 +509,7 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
         Some(r) => env.read_text_file_at_rate(&args.input, r),
         None => env.read_text_file(&args.input),
     };
-    lines
+    let mut sums = lines
         .parallelism(1)
         .uid("file-source")
         .try_map(|line| parse_line(&line))
@@ -437,8 +518,14 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
         .key_by(|(k, _)| k.clone())
         .process(RunningSum::default)
         .name("running-sum")
-        .uid("running-sum")
-        .write_text_exactly_once(&args.output, |(k, s)| format!("{k},{s}"))
+        .uid("running-sum");
+    if let Some(rate) = args.sink_rate {
+        sums = sums
+            .process(move || Throttle::new(rate))
+            .name("sink-throttle")
+            .uid("sink-throttle");
+    }
+    sums.write_text_exactly_once(&args.output, |(k, s)| format!("{k},{s}"))
         .uid("sink");
     let handle = env.execute_async("file_sum").context("file_sum failed")?;
     if let Some(a) = handle.web_address() {

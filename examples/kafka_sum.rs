@@ -4,6 +4,7 @@
 //! cargo run --release --example kafka_sum -- --brokers HOST:PORT --input-topic IN \
 //!     --output-topic OUT --checkpoint-dir CKDIR [--checkpoint-interval-ms MS] \
 //!     [--parallelism P] [--bounded] [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR] [--measure-bytes]
+//!     [--checkpoint-mode MODE] [--sink-rate RECORDS_PER_S]
 //! ```
 //!
 //! - Input records: Kafka key = the key (UTF-8), value = an i64 as decimal UTF-8. The input
@@ -19,6 +20,18 @@
 //!   left pending.
 //! - `weir savepoint stop CKDIR` stops it with a savepoint: it commits the output up to the
 //!   savepoint, prints `stopped with savepoint PATH` and exits 0.
+//! - `--checkpoint-mode aligned|unaligned|aligned-timeout|aligned-timeout:MS` sets how
+//!   checkpoint barriers pass the records queued in the job's channels (docs/checkpoints.md):
+//!   `aligned` (the default) waits until every record ahead of a barrier is processed;
+//!   `unaligned` lets barriers overtake them and stores those records with the checkpoint
+//!   (they are processed again on restore, so the output stays exactly-once);
+//!   `aligned-timeout:MS` aligns and goes unaligned once a checkpoint's alignment has taken
+//!   MS milliseconds (`aligned-timeout` alone: 200 ms). Under a slow sink, unaligned
+//!   checkpoints keep their interval, so the output's transactions commit at that pace
+//!   instead of approaching `--transaction-timeout-ms`.
+//! - `--sink-rate RECORDS_PER_S` lets each sink subtask produce at most that many records
+//!   per second (a throttle right before the sink): a slow sink. Records back up into the
+//!   keyed exchange and the source slows down to the sink's pace (backpressure). At least 1.
 //! - A record that is not `key`/i64 fails the job with the topic, partition and offset, unless
 //!   `--dead-letter-topic DLQ` is given, which sets such records aside there.
 //!
@@ -38,7 +51,7 @@
 
 use anyhow::{Context, bail};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use weir::prelude::*;
 use weir_kafka::{DeliveryGuarantee, KafkaRecord, KafkaSink, KafkaSource};
 
@@ -66,6 +79,10 @@ struct Args {
     tls: Option<weir::Tls>,
     /// Measure the bytes records take on channels (`--measure-bytes`, with `--web`).
     measure_bytes: bool,
+    /// How barriers pass records in flight (`--checkpoint-mode`).
+    mode: CheckpointMode,
+    /// Records per second each sink subtask produces at most (`--sink-rate`).
+    sink_rate: Option<u64>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -89,6 +106,8 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut secret_file = None;
     let mut tls_dir = None;
     let mut measure_bytes = false;
+    let mut mode = CheckpointMode::default();
+    let mut sink_rate = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -119,6 +138,21 @@ fn parse_args() -> anyhow::Result<Args> {
             "--measure-bytes" => measure_bytes = true,
             "--secret-file" => secret_file = Some(PathBuf::from(value()?)),
             "--tls-dir" => tls_dir = Some(PathBuf::from(value()?)),
+            "--checkpoint-mode" => {
+                mode = value()?
+                    .parse::<CheckpointMode>()
+                    .map_err(|e| anyhow::anyhow!("--checkpoint-mode: {e}"))?
+            }
+            "--sink-rate" => {
+                let text = value()?;
+                sink_rate = match text.parse::<u64>() {
+                    Ok(0) => bail!("--sink-rate must be at least 1 record per second"),
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        bail!("--sink-rate {text:?} is not a number of records per second: {e}")
+                    }
+                }
+            }
             "-h" | "--help" => {
                 println!(
                     "usage: kafka_sum --brokers HOST:PORT --input-topic IN --output-topic OUT \
@@ -126,7 +160,8 @@ fn parse_args() -> anyhow::Result<Args> {
                      [--bounded] [--checkpoint-timeout-ms MS] [--transaction-timeout-ms MS] \
                      [--transactional-id-prefix NAME] [--dead-letter-topic DLQ] \
                      [--at-least-once] [--state memory|rocksdb] [--from-savepoint PATH] \
-                     [--start-fresh-if-unusable] [--max-restarts N] [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR] [--measure-bytes]"
+                     [--start-fresh-if-unusable] [--max-restarts N] [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR] [--measure-bytes] \
+                     [--checkpoint-mode aligned|unaligned|aligned-timeout[:MS]] [--sink-rate RECORDS_PER_S]"
                 );
                 std::process::exit(0);
             }
@@ -154,6 +189,8 @@ fn parse_args() -> anyhow::Result<Args> {
         secret: weir::Secret::from_file_or_env(secret_file.as_deref())?,
         tls: weir::Tls::from_dir_or_env(tls_dir.as_deref())?,
         measure_bytes,
+        mode,
+        sink_rate,
     })
 }
 
@@ -197,6 +234,37 @@ impl KeyedProcessFunction<String, (String, i64), (String, i64)> for RunningSum {
     }
 }
 
+/// Lets at most `per_sec` records a second through one subtask (`--sink-rate`): sleeps
+/// whenever it is ahead of that pace, so the sink after it is slow and records back up
+/// upstream. A throttle that fell behind (the input was slower) starts over instead of
+/// letting a burst through.
+struct Throttle {
+    per_sec: u64,
+    start: Option<Instant>,
+    passed: u64,
+}
+
+impl ProcessFunction<(String, i64), (String, i64)> for Throttle {
+    fn process(
+        &mut self,
+        record: (String, i64),
+        ctx: &mut ProcessContext<'_, (String, i64)>,
+    ) -> weir::Result<()> {
+        let now = Instant::now();
+        let start = *self.start.get_or_insert(now);
+        let due = start + Duration::from_secs_f64(self.passed as f64 / self.per_sec as f64);
+        if due > now + Duration::from_millis(1) {
+            std::thread::sleep(due - now);
+        } else if now > due + Duration::from_millis(100) {
+            self.start = Some(now);
+            self.passed = 0;
+        }
+        self.passed += 1;
+        ctx.emit(record);
+        Ok(())
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
     let mut checkpoints = CheckpointConfig::new(&args.checkpoint_dir)
@@ -204,6 +272,7 @@ fn main() -> anyhow::Result<()> {
     checkpoints.timeout = Duration::from_millis(args.checkpoint_timeout_ms);
     checkpoints.restore_from = args.from_savepoint.clone();
     checkpoints.start_fresh_if_unusable = args.start_fresh_if_unusable;
+    checkpoints.mode = args.mode;
     if let Some(n) = args.max_restarts {
         checkpoints.restart = weir::RestartStrategy::ExponentialDelay(weir::ExponentialDelay {
             max_attempts: Some(n),
@@ -245,14 +314,24 @@ fn main() -> anyhow::Result<()> {
             (Some(k.as_bytes().to_vec()), s.to_string().into_bytes())
         });
 
-    env.source("kafka-source", source.factory())
+    let mut sums = env
+        .source("kafka-source", source.factory())
         .uid("kafka-source")
         .key_by(|(k, _)| k.clone())
         .process(RunningSum::default)
         .name("running-sum")
-        .uid("running-sum")
-        .sink("kafka-sink", sink.factory())
-        .uid("kafka-sink");
+        .uid("running-sum");
+    if let Some(per_sec) = args.sink_rate {
+        sums = sums
+            .process(move || Throttle {
+                per_sec,
+                start: None,
+                passed: 0,
+            })
+            .name("sink-throttle")
+            .uid("sink-throttle");
+    }
+    sums.sink("kafka-sink", sink.factory()).uid("kafka-sink");
     let handle = env.execute_async("kafka_sum").context("kafka_sum failed")?;
     if let Some(a) = handle.web_address() {
         let scheme = if args.tls.is_some() { "https" } else { "http" };

@@ -7,6 +7,7 @@
 //! hanging). Everything here uses only the public API (`weir::prelude`).
 
 pub mod browser;
+pub mod harness;
 pub mod s3;
 
 use std::collections::BTreeMap;

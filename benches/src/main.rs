@@ -45,8 +45,18 @@
 //! writes generated changes into a fresh PostgreSQL table through the upsert sink
 //! (exactly-once unless `--at-least-once`) and prints events per second, the rows and
 //! transactions written, and `results` (the table's rows at the end: `--keys`).
+//!
+//! ```text
+//! cargo run --release -p weir-bench -- backpressure --checkpoint-mode aligned|aligned-timeout|unaligned \
+//!     [--parallelism P] [--seconds S] [--rate R] [--state rocksdb|memory] [--no-throttle]
+//! ```
+//! runs a keyed running sum whose sink writes a tenth of the source's rate for S seconds,
+//! checkpointing every second, and prints the checkpoints' duration (p50, p99), alignment,
+//! median size and count, read from their manifests; `--no-throttle` reports records/s
+//! without backpressure (see `backpressure.rs`).
 
 mod async_io;
+mod backpressure;
 mod broadcast_rules;
 mod cluster;
 mod jobs;
@@ -92,6 +102,10 @@ enum Job {
     TemporalJoin(JoinArgs),
     /// generator → changes → the PostgreSQL upsert sink (a table of `--keys` rows).
     UpsertPostgres(upsert::UpsertArgs),
+    /// source → key_by → running sum → a sink throttled to a tenth of the source's rate,
+    /// checkpointing every second in `--checkpoint-mode`: checkpoint duration, alignment and
+    /// size under backpressure (`--no-throttle`: records/s without it).
+    Backpressure(backpressure::BackpressureArgs),
     /// A worker of `keyed-sum --workers N`, started by the coordinating weir-bench.
     #[command(hide = true)]
     ClusterWorker(WorkerArgs),
@@ -463,6 +477,18 @@ fn main() -> ExitCode {
                 }
             };
         }
+        Job::Backpressure(b) => {
+            return match backpressure::run(b) {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("weir-bench: backpressure failed: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Job::AsyncIo(a) => {
             if a.capacity == 0 || a.latency_ms == 0 || a.parallelism == 0 {
                 eprintln!(
@@ -567,6 +593,7 @@ fn main() -> ExitCode {
         | Job::Nexmark(_)
         | Job::ClusterWorker(_)
         | Job::AsyncIo(_)
+        | Job::Backpressure(_)
         | Job::UpsertPostgres(_) => {
             unreachable!("handled above")
         }

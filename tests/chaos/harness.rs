@@ -178,6 +178,54 @@ impl Scenario {
         self.check_parts(parts);
     }
 
+    /// Checks the full history of every key: the committed files, read in the order of
+    /// the checkpoints that committed them (`part-<subtask>-<checkpoint>`), hold each key's
+    /// running sums exactly in input order, each once. A key's records go through one
+    /// subtask at a time, so this holds across restarts and rescales. Also asserts that
+    /// no uncommitted file is left (the run finished).
+    pub fn check_history(&self) {
+        self.check();
+        let mut parts: Vec<((u64, u64), std::path::PathBuf)> = Vec::new();
+        for entry in std::fs::read_dir(&self.output).expect("output dir") {
+            let entry = entry.expect("dir entry");
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            let order = name
+                .strip_prefix("part-")
+                .and_then(|n| n.split_once('-'))
+                .and_then(|(w, c)| Some((c.parse::<u64>().ok()?, w.parse::<u64>().ok()?)))
+                .unwrap_or_else(|| panic!("unexpected committed file {name}"));
+            parts.push((order, entry.path()));
+        }
+        parts.sort();
+        let mut got: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        for (_, path) in parts {
+            let text = std::fs::read_to_string(&path).expect("read part file");
+            for line in text.lines() {
+                let (k, v) = line.split_once(',').expect("key,sum");
+                got.entry(k.to_string())
+                    .or_default()
+                    .push(v.parse().expect("sum"));
+            }
+        }
+        for (key, want) in &self.expected {
+            let have = &got[key];
+            let at = want.iter().zip(have).position(|(a, b)| a != b);
+            assert!(
+                at.is_none() && have.len() == want.len(),
+                "key {key}: its committed history differs from the input's running sums at \
+                 #{} (expected {:?}, committed {:?}; {} expected, {} committed)",
+                at.unwrap_or(want.len().min(have.len())),
+                at.map(|i| want[i]),
+                at.map(|i| have[i]),
+                want.len(),
+                have.len()
+            );
+        }
+    }
+
     /// Checks committed parts, as `(name, text)`, against the input (exactly the prefix
     /// sums per key, each once), wherever they were read from.
     pub fn check_parts(&self, parts: Vec<(String, String)>) {
@@ -302,40 +350,7 @@ impl ExampleRun {
     }
 }
 
-/// Starts a job again and again on its checkpoints (`start(i)` gives run i's command,
-/// spawned with piped stderr) and kills each run with SIGKILL after a random 50 to
-/// 50 + `spread_ms` ms, until a run ends by itself (it read all of its input and committed
-/// it) or `rounds` runs are over. A run that ended by itself must have succeeded. Returns
-/// how many kills landed while the job was running.
-pub fn kill_at_random(
-    name: &str,
-    rounds: usize,
-    seed: u64,
-    spread_ms: u64,
-    mut start: impl FnMut(usize) -> Command,
-) -> usize {
-    use std::os::unix::process::ExitStatusExt;
-    let mut rng = Rng::new(seed);
-    let mut landed = 0;
-    for i in 0..rounds {
-        let mut child = start(i)
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {name}: {e}"));
-        std::thread::sleep(std::time::Duration::from_millis(50 + rng.below(spread_ms)));
-        if child.try_wait().expect("poll the job").is_none() {
-            child.kill().expect("SIGKILL the job");
-        }
-        let status = child.wait().expect("reap the job");
-        if status.signal() == Some(9) {
-            landed += 1;
-            continue;
-        }
-        let err = weir_tests::stderr_of(&mut child);
-        assert!(status.success(), "{name} failed: {status}\n{err}");
-        break;
-    }
-    landed
-}
+pub use weir_tests::harness::{Checkpoints, kill_at_random};
 
 /// How many times the soak mode multiplies the kills.
 pub fn soak_factor() -> usize {

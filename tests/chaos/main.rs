@@ -26,3 +26,4 @@ mod restarts;
 mod storage;
 mod tables;
 mod time_joins;
+mod unaligned;

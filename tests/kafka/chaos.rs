@@ -36,16 +36,16 @@ fn soak_factor() -> usize {
 
 /// One kafka_sum job: an input topic (3 partitions) holding `records`, an output topic
 /// (3 partitions), a checkpoint directory shared by all its runs, and a log file per run.
-struct Job {
-    input: String,
-    output: String,
-    records: Vec<(String, i64)>,
-    dir: tempfile::TempDir,
+pub(crate) struct Job {
+    pub(crate) input: String,
+    pub(crate) output: String,
+    pub(crate) records: Vec<(String, i64)>,
+    pub(crate) dir: tempfile::TempDir,
     runs: usize,
 }
 
 impl Job {
-    fn new(n: usize, keys: u64, seed: u64) -> Job {
+    pub(crate) fn new(n: usize, keys: u64, seed: u64) -> Job {
         let input = unique("chaos-in");
         let output = unique("chaos-out");
         create_topic(&input, 3);
@@ -61,12 +61,12 @@ impl Job {
         }
     }
 
-    fn checkpoints(&self) -> PathBuf {
+    pub(crate) fn checkpoints(&self) -> PathBuf {
         self.dir.path().join("ck")
     }
 
     /// `kafka_sum --bounded` at `parallelism`, without fail points.
-    fn command(&self, parallelism: usize, interval_ms: u64) -> Command {
+    pub(crate) fn command(&self, parallelism: usize, interval_ms: u64) -> Command {
         let mut c = kafka_sum(&self.input, &self.output, &self.checkpoints());
         c.arg("--bounded")
             .arg("--parallelism")
@@ -104,7 +104,7 @@ impl Job {
     }
 
     /// Runs `cmd` to completion, asserts exit 0, returns the log.
-    fn run_to_end(&mut self, cmd: Command) -> String {
+    pub(crate) fn run_to_end(&mut self, cmd: Command) -> String {
         self.spawn(cmd).finish()
     }
 
@@ -117,7 +117,7 @@ impl Job {
     /// topic for longer than `OPEN_TXN_LIMIT` (else a `read_committed` reader is held back),
     /// and the independent `read_committed` reader must see exactly the prefix sums.
     /// Returns how long the check took.
-    fn check(&self) -> Duration {
+    pub(crate) fn check(&self) -> Duration {
         let t = Instant::now();
         if let Some(held) = self.check_exactly_once() {
             panic!("{held}");
@@ -289,7 +289,7 @@ impl Run {
 const RANDOM_KILL_RECORDS: usize = 300_000;
 
 /// The newest complete checkpoint of a job.
-fn newest_checkpoint(job: &Job) -> Option<u64> {
+pub(crate) fn newest_checkpoint(job: &Job) -> Option<u64> {
     complete_checkpoints(&job.checkpoints()).last().copied()
 }
 

@@ -16,4 +16,5 @@ mod lifecycle;
 mod rest;
 mod source;
 mod support;
+mod unaligned;
 mod upserts;
