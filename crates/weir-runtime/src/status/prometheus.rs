@@ -96,6 +96,14 @@ const FIGURES: &[Figure] = &[
         scale: 1.0,
         per_task: true,
     },
+    Figure {
+        name: "weir_source_alignment_paused_time_ms_total",
+        help: "Milliseconds the source subtask stopped reading because its watermark was more than the maximum drift ahead of its watermark alignment group (aligned sources only).",
+        kind: "counter",
+        field: "alignment_paused_ms",
+        scale: 1.0,
+        per_task: true,
+    },
 ];
 
 impl JobStatus {

@@ -1,0 +1,291 @@
+//! Watermark alignment at run time: resolves the alignment groups of a job's graph to the
+//! source tasks that take part ([`Groups`], built once per job), and gives each source
+//! subtask its [`SourceAligner`], which publishes the group's limit every update interval
+//! and tells the task loop when to stop polling.
+//!
+//! The members of a group are the subtasks of its sources in this process: each reports the
+//! watermark its task sends downstream (observed on the task's output channels) and whether
+//! it is idle or finished. The group's minimum is computed from those reports by whichever
+//! member's update interval is due, without a thread of its own. In a cluster, members of
+//! other workers are not seen: each worker aligns its own source subtasks (see decision
+//! 0040). Owns no task loop code: `task::run_source` asks [`SourceAligner::paused`].
+
+use crate::plan::Plan;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use weir_core::graph::{Graph, NodeKind};
+use weir_core::time::{MAX_WATERMARK, MIN_WATERMARK, Timestamp};
+use weir_core::watermark::{
+    AlignmentHandle, AlignmentMember, MemberStatus, WatermarkAlignment, group_minimum,
+    max_allowed,
+};
+use weir_core::{Error, Result};
+
+/// One aligned source: its configuration, its subtasks' members and its whole group's.
+struct AlignedSource {
+    cfg: WatermarkAlignment,
+    members: Vec<AlignmentMember>,
+    group: Arc<[AlignmentMember]>,
+}
+
+/// The alignment groups of a job, by the task head (a source node) that takes part.
+#[derive(Default)]
+pub(crate) struct Groups {
+    sources: HashMap<usize, AlignedSource>,
+}
+
+impl Groups {
+    /// Resolves the groups of `graph`: every node that asks for alignment must run in a
+    /// source's task, at most one per task, with a valid configuration.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the group and the operator when one does not.
+    pub(crate) fn new(graph: &Graph, plan: &Plan) -> Result<Groups> {
+        let mut configs: HashMap<usize, (WatermarkAlignment, &str)> = HashMap::new();
+        for node in &graph.nodes {
+            let Some(cfg) = &node.watermark_alignment else {
+                continue;
+            };
+            cfg.validate()?;
+            let head = plan.head_of[node.id.0];
+            let source = &graph.nodes[head];
+            if source.kind != NodeKind::Source {
+                return Err(Error::Config(format!(
+                    "watermark alignment group '{}' is set on '{}', which does not run in a \
+                     source's task (its input comes from '{}' through a channel): apply the \
+                     aligned watermark strategy right after the source, at the source's \
+                     parallelism, with no key_by, rebalance or operator of another parallelism \
+                     in between",
+                    cfg.group(),
+                    node.name,
+                    source.name
+                )));
+            }
+            if let Some((other, by)) = configs.get(&head)
+                && (other != cfg || *by != node.name)
+            {
+                return Err(Error::Config(format!(
+                    "source '{}' has two watermark alignments ('{}' on '{by}' and '{}' on '{}'); \
+                     give it one",
+                    source.name,
+                    other.group(),
+                    cfg.group(),
+                    node.name
+                )));
+            }
+            configs.insert(head, (cfg.clone(), &node.name));
+        }
+        let mut by_group: HashMap<String, Vec<(usize, Vec<AlignmentMember>)>> = HashMap::new();
+        for (&head, (cfg, _)) in &configs {
+            // Not running until a task of this process takes the member on.
+            let members: Vec<AlignmentMember> = (0..plan.parallelism[head])
+                .map(|_| {
+                    let m = AlignmentMember::new();
+                    m.finish();
+                    m
+                })
+                .collect();
+            by_group
+                .entry(cfg.group().to_string())
+                .or_default()
+                .push((head, members));
+        }
+        let mut sources = HashMap::new();
+        for (_, heads) in by_group {
+            let group: Arc<[AlignmentMember]> = heads
+                .iter()
+                .flat_map(|(_, m)| m.iter().cloned())
+                .collect();
+            for (head, members) in heads {
+                let cfg = configs[&head].0.clone();
+                sources.insert(
+                    head,
+                    AlignedSource {
+                        cfg,
+                        members,
+                        group: group.clone(),
+                    },
+                );
+            }
+        }
+        Ok(Groups { sources })
+    }
+
+    /// The aligner of subtask `subtask` of the task headed by `head`, when that is an
+    /// aligned source. Its member starts over (active, no watermark): called once per
+    /// attempt as the task builds, before any source of the attempt polls.
+    pub(crate) fn source(
+        &self,
+        head: usize,
+        subtask: usize,
+        paused_ns: Option<Arc<AtomicU64>>,
+    ) -> Option<SourceAligner> {
+        let s = self.sources.get(&head)?;
+        let member = s.members.get(subtask)?.clone();
+        member.reset();
+        Some(SourceAligner {
+            handle: AlignmentHandle::new(s.cfg.group()),
+            cfg: s.cfg.clone(),
+            member,
+            group: s.group.clone(),
+            next_update: None,
+            paused_since: None,
+            paused_ns: paused_ns.unwrap_or_default(),
+            observed: AtomicBool::new(false),
+        })
+    }
+}
+
+/// One source subtask's view of its alignment group (owned by the task's thread).
+pub(crate) struct SourceAligner {
+    cfg: WatermarkAlignment,
+    member: AlignmentMember,
+    group: Arc<[AlignmentMember]>,
+    handle: AlignmentHandle,
+    next_update: Option<Instant>,
+    paused_since: Option<Instant>,
+    /// Time spent paused, for the REST API and `/metrics`.
+    paused_ns: Arc<AtomicU64>,
+    /// True once the task's output channels report to the member.
+    observed: AtomicBool,
+}
+
+impl SourceAligner {
+    /// The limit the source itself reads (split-level alignment).
+    pub(crate) fn handle(&self) -> &AlignmentHandle {
+        &self.handle
+    }
+
+    /// The member the task's output channels report to; marks the member observed.
+    pub(crate) fn observe(&self) -> AlignmentMember {
+        self.observed.store(true, Ordering::Relaxed);
+        self.member.clone()
+    }
+
+    /// After a poll: a task without output channels (its chain ends in a sink) reports the
+    /// source's own watermark instead.
+    pub(crate) fn polled(&self, source_watermark: Option<Timestamp>) {
+        if !self.observed.load(Ordering::Relaxed)
+            && let Some(w) = source_watermark
+        {
+            self.member.report_watermark(w);
+        }
+    }
+
+    /// The source read all of its input: it no longer holds the group back.
+    pub(crate) fn finished(&mut self) {
+        self.member.finish();
+        self.resume(Instant::now());
+    }
+
+    /// Publishes the group's limit when the update interval is due.
+    fn refresh(&mut self, now: Instant) {
+        if self.next_update.is_some_and(|t| now < t) {
+            return;
+        }
+        let min = group_minimum(self.group.iter().map(AlignmentMember::report));
+        self.handle
+            .publish(max_allowed(min, self.cfg.max_drift_ms()));
+        self.next_update = Some(now + self.cfg.update_interval());
+    }
+
+    /// True while the source must not poll: its watermark is beyond the group's minimum
+    /// plus the maximum drift, as last published.
+    pub(crate) fn paused(&mut self, now: Instant) -> bool {
+        self.refresh(now);
+        let (wm, status) = self.member.report();
+        let paused = status != MemberStatus::Finished
+            && wm != MIN_WATERMARK
+            && wm != MAX_WATERMARK
+            && !self.handle.allows(wm);
+        if paused {
+            if self.paused_since.is_none() {
+                tracing::debug!(
+                    group = self.cfg.group(),
+                    watermark = wm,
+                    limit = self.handle.max_allowed_watermark(),
+                    "source paused by watermark alignment"
+                );
+                self.paused_since = Some(now);
+            }
+        } else {
+            self.resume(now);
+        }
+        paused
+    }
+
+    /// How long a paused source waits for commands before it looks again.
+    pub(crate) fn wait(&self, now: Instant) -> Duration {
+        self.next_update
+            .map_or(Duration::ZERO, |t| t.saturating_duration_since(now))
+            .clamp(Duration::from_millis(1), Duration::from_millis(10))
+    }
+
+    fn resume(&mut self, now: Instant) {
+        if let Some(since) = self.paused_since.take() {
+            let d = now.saturating_duration_since(since);
+            self.paused_ns
+                .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for SourceAligner {
+    fn drop(&mut self) {
+        // However the task ends, it no longer holds the group back.
+        self.member.finish();
+        self.resume(Instant::now());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn aligner(group: &[AlignmentMember], me: usize, drift: u64) -> SourceAligner {
+        let cfg = WatermarkAlignment::new(
+            "g",
+            Duration::from_millis(drift),
+            Duration::from_millis(50),
+        );
+        group[me].reset();
+        SourceAligner {
+            handle: AlignmentHandle::new("g"),
+            cfg,
+            member: group[me].clone(),
+            group: group.to_vec().into(),
+            next_update: None,
+            paused_since: None,
+            paused_ns: Arc::default(),
+            observed: AtomicBool::new(true),
+        }
+    }
+
+    #[test]
+    fn a_source_ahead_pauses_until_the_published_minimum_catches_up() {
+        let group = vec![AlignmentMember::new(), AlignmentMember::new()];
+        let mut fast = aligner(&group, 0, 100);
+        let mut slow = aligner(&group, 1, 100);
+        let t0 = Instant::now();
+        group[0].report_watermark(1_000);
+        // The slow one has no watermark yet: it holds the fast one back.
+        assert!(fast.paused(t0));
+        assert!(!slow.paused(t0));
+        group[1].report_watermark(950);
+        // Not republished before the interval is due.
+        assert!(fast.paused(t0 + Duration::from_millis(10)));
+        assert!(!fast.paused(t0 + Duration::from_millis(50)));
+        assert_eq!(fast.handle().max_allowed_watermark(), 1_050);
+        group[0].report_watermark(1_051);
+        assert!(fast.paused(t0 + Duration::from_millis(60)));
+        // The slow source becomes idle: the fast one reads again at the next update.
+        group[1].set_idle(true);
+        assert!(!fast.paused(t0 + Duration::from_millis(100)));
+        assert!(fast.paused_ns.load(Ordering::Relaxed) >= 80_000_000);
+        slow.finished();
+        drop(fast);
+        assert_eq!(group[0].report().1, MemberStatus::Finished);
+    }
+}
