@@ -4,8 +4,8 @@
 //! and tells the task loop when to stop polling.
 //!
 //! The members of a group are the subtasks of its sources in this process: each reports the
-//! watermark its task sends downstream (observed on the task's output channels) and whether
-//! it is idle or finished. The group's minimum is computed from those reports by whichever
+//! watermark its source emits (observed on the output of the node that asked for alignment:
+//! the source, or the `with_watermarks` chained to it) and whether it is idle or finished. The group's minimum is computed from those reports by whichever
 //! member's update interval is due, without a thread of its own. In a cluster, members of
 //! other workers are not seen: each worker aligns its own source subtasks (see decision
 //! 0040). Owns no task loop code: `task::run_source` asks [`SourceAligner::paused`].
@@ -13,10 +13,10 @@
 use crate::plan::Plan;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use weir_core::graph::{Graph, NodeKind};
-use weir_core::time::{MAX_WATERMARK, MIN_WATERMARK, Timestamp};
+use weir_core::time::{MAX_WATERMARK, MIN_WATERMARK};
 use weir_core::watermark::{
     AlignmentHandle, AlignmentMember, MemberStatus, WatermarkAlignment, group_minimum,
     max_allowed,
@@ -53,11 +53,10 @@ impl Groups {
             let source = &graph.nodes[head];
             if source.kind != NodeKind::Source {
                 return Err(Error::Config(format!(
-                    "watermark alignment group '{}' is set on '{}', which does not run in a \
-                     source's task (its input comes from '{}' through a channel): apply the \
-                     aligned watermark strategy right after the source, at the source's \
-                     parallelism, with no key_by, rebalance or operator of another parallelism \
-                     in between",
+                    "watermark alignment group '{}' is set on '{}', which runs in the task of \
+                     '{}', not in a source's task: apply the aligned watermark strategy right \
+                     after the source, at the source's parallelism, with no key_by, rebalance \
+                     or operator of another parallelism in between",
                     cfg.group(),
                     node.name,
                     source.name
@@ -133,7 +132,6 @@ impl Groups {
             next_update: None,
             paused_since: None,
             paused_ns: paused_ns.unwrap_or_default(),
-            observed: AtomicBool::new(false),
         })
     }
 }
@@ -148,8 +146,6 @@ pub(crate) struct SourceAligner {
     paused_since: Option<Instant>,
     /// Time spent paused, for the REST API and `/metrics`.
     paused_ns: Arc<AtomicU64>,
-    /// True once the task's output channels report to the member.
-    observed: AtomicBool,
 }
 
 impl SourceAligner {
@@ -158,20 +154,9 @@ impl SourceAligner {
         &self.handle
     }
 
-    /// The member the task's output channels report to; marks the member observed.
-    pub(crate) fn observe(&self) -> AlignmentMember {
-        self.observed.store(true, Ordering::Relaxed);
+    /// The member the output of the node that asked for alignment reports to.
+    pub(crate) fn member(&self) -> AlignmentMember {
         self.member.clone()
-    }
-
-    /// After a poll: a task without output channels (its chain ends in a sink) reports the
-    /// source's own watermark instead.
-    pub(crate) fn polled(&self, source_watermark: Option<Timestamp>) {
-        if !self.observed.load(Ordering::Relaxed)
-            && let Some(w) = source_watermark
-        {
-            self.member.report_watermark(w);
-        }
     }
 
     /// The source read all of its input: it no longer holds the group back.
@@ -259,7 +244,6 @@ mod tests {
             next_update: None,
             paused_since: None,
             paused_ns: Arc::default(),
-            observed: AtomicBool::new(true),
         }
     }
 

@@ -191,7 +191,7 @@ struct Builder<'a> {
     metrics: Option<&'a crate::status::TaskMetrics>,
     /// The task's figures, counted or not (sources report their partitions there).
     figures: &'a crate::status::TaskMetrics,
-    /// An aligned source's task: its output channels report watermarks to its group.
+    /// An aligned source's task: the node that asked for alignment reports what it emits.
     alignment: Option<&'a crate::alignment::SourceAligner>,
 }
 
@@ -219,10 +219,7 @@ impl Builder<'_> {
                         .writers
                         .remove(&(node, port, c.node, c.gate))
                         .ok_or_else(|| Error::Config("internal: missing channel writer".into()))?;
-                    let mut out = port_type.writer_output(w);
-                    if let Some(a) = self.alignment {
-                        out = port_type.alignment_observed(out, a.observe());
-                    }
+                    let out = port_type.writer_output(w);
                     // With the API on, the encoded size of the records it sends.
                     list.push(
                         match self
@@ -245,7 +242,11 @@ impl Builder<'_> {
                     );
                 }
             }
-            let out = port_type.fan_out(list);
+            let mut out = port_type.fan_out(list);
+            // The node that asked for alignment: what it emits is its source's watermark.
+            if let Some(a) = self.alignment.filter(|_| spec.watermark_alignment.is_some()) {
+                out = port_type.alignment_observed(out, a.member());
+            }
             // A source's records and watermark out are read from it after each poll.
             let counted = self
                 .metrics
@@ -562,9 +563,6 @@ fn run_source(
             continue;
         }
         let status = src.poll()?;
-        if let Some(a) = &aligner {
-            a.polled(src.watermark());
-        }
         ck.spec.progress.store(src.emitted(), Ordering::Relaxed);
         if let Some(c) = cells {
             c.records_out[0].store(src.emitted(), Ordering::Relaxed);

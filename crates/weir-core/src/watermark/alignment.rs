@@ -368,9 +368,9 @@ impl<S: Ord + Clone> SplitAlignment<S> {
 }
 
 /// Reports the watermarks and idleness a source subtask sends downstream to its
-/// [`AlignmentMember`], and forwards everything unchanged. The runtime puts it on every
-/// channel out of an aligned source's task, so the member sees what downstream sees
-/// (whether the watermarks come from the source or from a chained `with_watermarks`).
+/// [`AlignmentMember`], and forwards everything unchanged. The runtime puts it on the output
+/// of the node that asked for alignment (the source itself, or the `with_watermarks` chained
+/// to it), so the member sees the source's watermarks as downstream does.
 ///
 /// ```
 /// use weir_core::output::{Control, Discard, Output};
