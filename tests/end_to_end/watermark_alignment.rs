@@ -27,7 +27,11 @@ struct Timed {
 
 impl SourceFunction<(u32, u64)> for Timed {
     fn poll(&mut self, out: &mut SourceOutput<'_, (u32, u64)>) -> weir::Result<SourceStatus> {
-        if self.gate.as_ref().is_some_and(|g| !g.load(Ordering::SeqCst)) {
+        if self
+            .gate
+            .as_ref()
+            .is_some_and(|g| !g.load(Ordering::SeqCst))
+        {
             return Ok(SourceStatus::Idle(2));
         }
         let end = (self.next + self.per_poll).min(self.count);
@@ -60,7 +64,8 @@ fn timed(
             Duration::from_millis(5),
         );
     }
-    env.source(name, move |_| source()).with_watermarks(strategy)
+    env.source(name, move |_| source())
+        .with_watermarks(strategy)
 }
 
 const FAST: u64 = 20_000;
@@ -140,9 +145,11 @@ fn join_of_fast_and_slow(aligned: bool) -> (i64, u64) {
     let mut peak = 0;
     let mut paused_ms = 0;
     if let Some(gate) = &gate {
-        wait_for("the join to hold every fast record", Duration::from_secs(60), || {
-            buffered() == FAST as i64
-        });
+        wait_for(
+            "the join to hold every fast record",
+            Duration::from_secs(60),
+            || buffered() == FAST as i64,
+        );
         peak = buffered();
         gate.store(true, Ordering::SeqCst);
     } else {
@@ -152,7 +159,7 @@ fn join_of_fast_and_slow(aligned: bool) -> (i64, u64) {
             assert!(Instant::now() < deadline, "the aligned join did not finish");
             peak = peak.max(buffered());
             polls += 1;
-            if polls % 20 == 0 {
+            if polls.is_multiple_of(20) {
                 let ops = rest::get(addr, "/v1/operators");
                 if let Some(ms) = operator(&ops, "fast")["alignment_paused_ms"].as_u64() {
                     paused_ms = paused_ms.max(ms);
@@ -173,6 +180,7 @@ fn alignment_bounds_the_state_of_a_join_of_a_fast_and_a_slow_source() {
     // slow one, plus what of the slow input is in flight to the join (its watermark is
     // then behind the one the group saw).
     let bound = (DRIFT + FAST_BATCH) as i64 + UPPER + 500;
+    eprintln!("aligned join: at most {peak} fast records held, source paused {paused_ms} ms");
     assert!(
         peak > 0 && peak <= bound,
         "with alignment the join held up to {peak} fast records (bound {bound})"
@@ -312,7 +320,11 @@ fn two_splits(aligned: bool) -> i64 {
         lead: l.clone(),
     });
     if aligned {
-        s = s.watermark_alignment("splits", Duration::from_millis(50), Duration::from_millis(1));
+        s = s.watermark_alignment(
+            "splits",
+            Duration::from_millis(50),
+            Duration::from_millis(1),
+        );
     }
     let out = s.collect();
     run(&env).unwrap();
@@ -338,7 +350,12 @@ fn a_source_pauses_the_split_that_runs_ahead_of_its_group() {
 fn invalid_alignments_are_refused_with_what_to_change() {
     let cases: [(&str, u64, u64, &str); 3] = [
         ("", 100, 10, "watermark alignment needs a group name"),
-        ("g", 0, 10, "group 'g': the maximum drift is 0ns; it must be at least 1 ms"),
+        (
+            "g",
+            0,
+            10,
+            "group 'g': the maximum drift is 0ns; it must be at least 1 ms",
+        ),
         ("g", 100, 0, "group 'g': the update interval is zero"),
     ];
     for (group, drift, interval, message) in cases {

@@ -84,7 +84,10 @@ fn kafka_partitions_far_ahead_in_event_time_are_paused_until_the_others_catch_up
     assert_eq!(sorted, expected);
     for p in 0..2 {
         let offsets: Vec<i64> = order.iter().filter(|r| r.0 == p).map(|r| r.1).collect();
-        assert!(offsets.windows(2).all(|w| w[0] < w[1]), "partition {p} out of order");
+        assert!(
+            offsets.windows(2).all(|w| w[0] < w[1]),
+            "partition {p} out of order"
+        );
     }
     // Partition 1 was paused after the first poll that read from it (at most one batch),
     // until partition 0, 10,000 s behind in event time, was read to its end.

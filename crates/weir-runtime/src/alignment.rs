@@ -18,8 +18,7 @@ use std::time::{Duration, Instant};
 use weir_core::graph::{Graph, NodeKind};
 use weir_core::time::{MAX_WATERMARK, MIN_WATERMARK};
 use weir_core::watermark::{
-    AlignmentHandle, AlignmentMember, MemberStatus, WatermarkAlignment, group_minimum,
-    max_allowed,
+    AlignmentHandle, AlignmentMember, MemberStatus, WatermarkAlignment, group_minimum, max_allowed,
 };
 use weir_core::{Error, Result};
 
@@ -93,10 +92,8 @@ impl Groups {
         }
         let mut sources = HashMap::new();
         for (_, heads) in by_group {
-            let group: Arc<[AlignmentMember]> = heads
-                .iter()
-                .flat_map(|(_, m)| m.iter().cloned())
-                .collect();
+            let group: Arc<[AlignmentMember]> =
+                heads.iter().flat_map(|(_, m)| m.iter().cloned()).collect();
             for (head, members) in heads {
                 let cfg = configs[&head].0.clone();
                 sources.insert(
@@ -230,11 +227,8 @@ mod tests {
     use super::*;
 
     fn aligner(group: &[AlignmentMember], me: usize, drift: u64) -> SourceAligner {
-        let cfg = WatermarkAlignment::new(
-            "g",
-            Duration::from_millis(drift),
-            Duration::from_millis(50),
-        );
+        let cfg =
+            WatermarkAlignment::new("g", Duration::from_millis(drift), Duration::from_millis(50));
         group[me].reset();
         SourceAligner {
             handle: AlignmentHandle::new("g"),

@@ -244,7 +244,10 @@ impl Builder<'_> {
             }
             let mut out = port_type.fan_out(list);
             // The node that asked for alignment: what it emits is its source's watermark.
-            if let Some(a) = self.alignment.filter(|_| spec.watermark_alignment.is_some()) {
+            if let Some(a) = self
+                .alignment
+                .filter(|_| spec.watermark_alignment.is_some())
+            {
                 out = port_type.alignment_observed(out, a.member());
             }
             // A source's records and watermark out are read from it after each poll.
@@ -418,11 +421,9 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
     let counted = job.status.detailed().then_some(&*metrics);
     let participants = Participants::default();
     let mut writers = std::mem::take(&mut spec.writers);
-    let aligner = job.alignment.source(
-        spec.head,
-        spec.subtask,
-        metrics.alignment_paused_ns.clone(),
-    );
+    let aligner =
+        job.alignment
+            .source(spec.head, spec.subtask, metrics.alignment_paused_ns.clone());
     let built = Builder {
         job,
         subtask: spec.subtask,

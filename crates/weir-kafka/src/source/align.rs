@@ -33,8 +33,7 @@ impl<T: 'static> KafkaSourceFunction<T> {
 
     /// Pauses the partitions the group does not allow and resumes those it allows again.
     pub(super) fn align_partitions(&mut self) -> Result<()> {
-        let (Some(handle), Some(ooo)) = (self.alignment.as_ref(), self.cfg.out_of_orderness)
-        else {
+        let (Some(handle), Some(ooo)) = (self.alignment.as_ref(), self.cfg.out_of_orderness) else {
             return Ok(());
         };
         let open: Vec<(usize, Timestamp)> = (0..self.parts.len())
