@@ -6,14 +6,14 @@
 //! The members of a group are the subtasks of its sources in this process: each reports the
 //! watermark its source emits (observed on the output of the node that asked for alignment:
 //! the source, or the `with_watermarks` chained to it) and whether it is idle or finished. The group's minimum is computed from those reports by whichever
-//! member's update interval is due, without a thread of its own. In a cluster, members of
-//! other workers are not seen: each worker aligns its own source subtasks (see decision
-//! 0040). Owns no task loop code: `task::run_source` asks [`SourceAligner::paused`].
+//! member's update interval is due, without a thread of its own. In a cluster, each worker
+//! sends its members' reports with every heartbeat and the coordinator answers with every
+//! member's ([`MemberReport`]), so a group spans workers, one heartbeat late at most. Owns no task loop code: `task::run_source` asks [`SourceAligner::paused`].
 
 use crate::plan::Plan;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use weir_core::graph::{Graph, NodeKind};
 use weir_core::time::{MAX_WATERMARK, MIN_WATERMARK};
@@ -26,7 +26,35 @@ use weir_core::{Error, Result};
 struct AlignedSource {
     cfg: WatermarkAlignment,
     members: Vec<AlignmentMember>,
+    /// Which members' tasks run in this process (the others report through the cluster).
+    local: Vec<AtomicBool>,
     group: Arc<[AlignmentMember]>,
+}
+
+/// One member's report as it crosses processes (cluster mode): the source's task head and
+/// subtask, its watermark and status (0 active, 1 idle, 2 finished).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct MemberReport {
+    pub head: u32,
+    pub subtask: u32,
+    pub watermark: i64,
+    pub status: u8,
+}
+
+fn status_code(s: MemberStatus) -> u8 {
+    match s {
+        MemberStatus::Active => 0,
+        MemberStatus::Idle => 1,
+        MemberStatus::Finished => 2,
+    }
+}
+
+fn status_of(code: u8) -> MemberStatus {
+    match code {
+        0 => MemberStatus::Active,
+        1 => MemberStatus::Idle,
+        _ => MemberStatus::Finished,
+    }
 }
 
 /// The alignment groups of a job, by the task head (a source node) that takes part.
@@ -77,13 +105,10 @@ impl Groups {
         }
         let mut by_group: HashMap<String, Vec<(usize, Vec<AlignmentMember>)>> = HashMap::new();
         for (&head, (cfg, _)) in &configs {
-            // Not running until a task of this process takes the member on.
+            // Active without a watermark until it reports: a subtask of another worker
+            // holds the group back until its first report arrives.
             let members: Vec<AlignmentMember> = (0..plan.parallelism[head])
-                .map(|_| {
-                    let m = AlignmentMember::new();
-                    m.finish();
-                    m
-                })
+                .map(|_| AlignmentMember::new())
                 .collect();
             by_group
                 .entry(cfg.group().to_string())
@@ -100,6 +125,7 @@ impl Groups {
                     head,
                     AlignedSource {
                         cfg,
+                        local: members.iter().map(|_| AtomicBool::new(false)).collect(),
                         members,
                         group: group.clone(),
                     },
@@ -120,6 +146,7 @@ impl Groups {
     ) -> Option<SourceAligner> {
         let s = self.sources.get(&head)?;
         let member = s.members.get(subtask)?.clone();
+        s.local[subtask].store(true, Ordering::Relaxed);
         member.reset();
         Some(SourceAligner {
             handle: AlignmentHandle::new(s.cfg.group()),
@@ -130,6 +157,54 @@ impl Groups {
             paused_since: None,
             paused_ns: paused_ns.unwrap_or_default(),
         })
+    }
+}
+
+impl Groups {
+    fn reports(&self, local_only: bool) -> Vec<MemberReport> {
+        let mut out = Vec::new();
+        for (&head, s) in &self.sources {
+            for (i, m) in s.members.iter().enumerate() {
+                if local_only && !s.local[i].load(Ordering::Relaxed) {
+                    continue;
+                }
+                let (watermark, status) = m.report();
+                out.push(MemberReport {
+                    head: head as u32,
+                    subtask: i as u32,
+                    watermark,
+                    status: status_code(status),
+                });
+            }
+        }
+        out
+    }
+
+    /// A worker: the reports of the members whose tasks run here, to send with a
+    /// heartbeat (`None`: the job has no alignment group).
+    pub(crate) fn local_reports(&self) -> Option<Vec<MemberReport>> {
+        (!self.sources.is_empty()).then(|| self.reports(true))
+    }
+
+    /// The coordinator: every member's last report.
+    pub(crate) fn all_reports(&self) -> Vec<MemberReport> {
+        self.reports(false)
+    }
+
+    /// Takes the reports of members that run in other processes (those of this
+    /// process's own tasks are left alone).
+    pub(crate) fn import(&self, reports: &[MemberReport]) {
+        for r in reports {
+            let Some(s) = self.sources.get(&(r.head as usize)) else {
+                continue;
+            };
+            let i = r.subtask as usize;
+            if let (Some(m), Some(local)) = (s.members.get(i), s.local.get(i))
+                && !local.load(Ordering::Relaxed)
+            {
+                m.set_report(r.watermark, status_of(r.status));
+            }
+        }
     }
 }
 

@@ -186,6 +186,18 @@ impl AlignmentMember {
         self.0.status.store(FINISHED, Ordering::Relaxed);
     }
 
+    /// Sets what a member running in another process last reported (its watermark may
+    /// go back: the other process may have restarted).
+    pub fn set_report(&self, watermark: Timestamp, status: MemberStatus) {
+        self.0.watermark.store(watermark, Ordering::Relaxed);
+        let s = match status {
+            MemberStatus::Active => ACTIVE,
+            MemberStatus::Idle => IDLE,
+            MemberStatus::Finished => FINISHED,
+        };
+        self.0.status.store(s, Ordering::Relaxed);
+    }
+
     /// The last watermark reported ([`MIN_WATERMARK`] when none yet).
     pub fn watermark(&self) -> Timestamp {
         self.0.watermark.load(Ordering::Relaxed)
