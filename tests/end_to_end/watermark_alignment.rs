@@ -463,11 +463,15 @@ fn a_group_spans_the_workers_of_a_cluster() {
     let address = crate::cluster::free_address();
     let mut cfg = ClusterConfig::coordinator(&address, 2, vec![]);
     cfg.heartbeat_interval = Duration::from_millis(50);
-    let coordinator = Env::new().parallelism(2).cluster(cfg);
+    let coordinator = Env::new()
+        .parallelism(2)
+        .web_address("127.0.0.1:0")
+        .cluster(cfg);
     build(&coordinator);
     let coordinator = coordinator
         .execute_async("across")
         .expect("the coordinator");
+    let web = coordinator.web_address().expect("the coordinator's API");
     let workers: Vec<_> = (0..2)
         .map(|_| {
             let (address, build) = (address.clone(), build.clone());
@@ -481,7 +485,22 @@ fn a_group_spans_the_workers_of_a_cluster() {
             })
         })
         .collect();
+    // The coordinator's API shows the paused time the workers report.
+    let mut paused_ms = 0;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while paused_ms == 0 && !coordinator.is_finished() {
+        assert!(Instant::now() < deadline, "the cluster job did not finish");
+        let ops = rest::get(web, "/v1/operators");
+        paused_ms = operator(&ops, "pair")["alignment_paused_ms"]
+            .as_u64()
+            .unwrap_or(0);
+        std::thread::sleep(Duration::from_millis(20));
+    }
     join_within(coordinator, Duration::from_secs(120)).expect("the cluster job");
+    assert!(
+        paused_ms > 0,
+        "the coordinator never showed the source paused"
+    );
     let mut sources_run = 0;
     for w in workers {
         let result = w.join().expect("worker thread");

@@ -176,6 +176,8 @@ pub(crate) struct TaskFigures {
     pub ended: bool,
     pub idle_ns: u64,
     pub backpressured_ns: u64,
+    /// An aligned source's paused time (`None`: not an aligned source).
+    pub alignment_paused_ns: Option<u64>,
     pub nodes: Vec<NodeFigures>,
 }
 
