@@ -516,3 +516,75 @@ fn a_group_spans_the_workers_of_a_cluster() {
     eprintln!("across workers: subtask 0 at most {lead} ahead");
     assert!(lead <= 302, "subtask 0 ran {lead} ahead of subtask 1");
 }
+
+#[test]
+fn a_paused_source_still_takes_part_in_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = Env::new()
+        .parallelism(1)
+        .web_address("127.0.0.1:0")
+        .checkpoints(CheckpointConfig::new(dir.path()).interval(Duration::from_millis(20)));
+    // The late source emits nothing (and is not idle) until released: the group's minimum
+    // stays at the start, and the eager source pauses after its first records.
+    let release = Arc::new(AtomicBool::new(false));
+    let eager = timed(
+        &env,
+        "eager",
+        || Timed {
+            next: 0,
+            count: 2_000,
+            step: 1,
+            per_poll: 100,
+            pause: false,
+            gate: None,
+        },
+        Some(("with-checkpoints", 50)),
+    );
+    let gate = release.clone();
+    let late = timed(
+        &env,
+        "late",
+        move || Timed {
+            next: 0,
+            count: 2_000,
+            step: 1,
+            per_poll: 100,
+            pause: false,
+            gate: Some(gate.clone()),
+        },
+        Some(("with-checkpoints", 50)),
+    );
+    let out = eager.union(&[late]).collect();
+    let handle = env.execute_async("paused-checkpoints").unwrap();
+    let addr = handle.web_address().expect("a web address");
+    // While the eager source is paused, three checkpoints complete: its task answers the
+    // triggers and sends the barriers.
+    let paused = |ops: &serde_json::Value| {
+        let eager = operator(ops, "eager");
+        eager["records_out"].as_u64() < Some(2_000)
+            && eager["alignment_paused_ms"].as_u64() > Some(0)
+    };
+    wait_for("the eager source to pause", Duration::from_secs(60), || {
+        paused(&rest::get(addr, "/v1/operators"))
+    });
+    let before = rest::get(addr, "/v1/checkpoints")["counts"]["completed"]
+        .as_u64()
+        .unwrap();
+    wait_for(
+        "three checkpoints while the eager source is paused",
+        Duration::from_secs(60),
+        || {
+            rest::get(addr, "/v1/checkpoints")["counts"]["completed"]
+                .as_u64()
+                .unwrap()
+                >= before + 3
+        },
+    );
+    assert!(paused(&rest::get(addr, "/v1/operators")));
+    release.store(true, Ordering::SeqCst);
+    join_within(handle, Duration::from_secs(60)).unwrap();
+    let mut expected: Vec<(u32, u64)> = (0..2_000).map(|i| ((i % 4) as u32, i)).collect();
+    expected.extend(expected.clone());
+    expected.sort_unstable();
+    assert_eq!(out.sorted(), expected);
+}

@@ -266,6 +266,10 @@ impl SourceAligner {
                     "source paused by watermark alignment"
                 );
                 self.paused_since = Some(now);
+            } else {
+                // Still paused: count the time so far, so the figures grow while it lasts.
+                self.resume(now);
+                self.paused_since = Some(now);
             }
         } else {
             self.resume(now);
