@@ -456,48 +456,6 @@ impl<T: 'static> KafkaSourceFunction<T> {
         Ok(())
     }
 
-    fn emit_watermark(&mut self, out: &mut SourceOutput<'_, T>) -> weir_core::Result<()> {
-        let Some(ooo) = self.cfg.out_of_orderness else {
-            return Ok(());
-        };
-        let now = Instant::now();
-        let mut wm: Option<Timestamp> = None;
-        let mut any_open = false;
-        for p in self.parts.iter().filter(|p| !p.done) {
-            any_open = true;
-            let active = self
-                .cfg
-                .idleness
-                .is_none_or(|d| now.duration_since(p.last_record) < d);
-            if active {
-                let w = if p.max_ts == MIN_WATERMARK {
-                    MIN_WATERMARK
-                } else {
-                    p.max_ts.saturating_sub(ooo).saturating_sub(1)
-                };
-                wm = Some(wm.map_or(w, |m: Timestamp| m.min(w)));
-            }
-        }
-        match wm {
-            Some(w) => {
-                if self.idle {
-                    self.idle = false;
-                    out.mark_idle(false)?;
-                }
-                if w > self.watermark {
-                    self.watermark = w;
-                    out.emit_watermark(w)?;
-                }
-            }
-            None if (any_open || self.parts.is_empty()) && !self.idle => {
-                self.idle = true;
-                out.mark_idle(true)?;
-            }
-            None => {}
-        }
-        Ok(())
-    }
-
     fn check_eof(&mut self, partition: i32) {
         let Some(c) = &self.consumer else { return };
         let Ok(pos) = c.position() else { return };

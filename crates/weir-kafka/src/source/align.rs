@@ -1,4 +1,5 @@
-//! Split-level watermark alignment of the Kafka source: a partition whose watermark is
+//! The Kafka source's event time: the subtask's watermark from its partitions'
+//! (`emit_watermark`), and split-level watermark alignment: a partition whose watermark is
 //! beyond what the source's alignment group allows is paused on the consumer while the
 //! subtask reads its other partitions, and resumed, from the offset after the last record
 //! emitted, once the group catches up (Flink's `KafkaSourceReader` pauses splits the same
@@ -10,9 +11,59 @@ use crate::{KafkaError, Result};
 use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
 use std::time::Duration;
+use std::time::Instant;
+use weir_core::dsl::SourceOutput;
 use weir_core::time::{MIN_WATERMARK, Timestamp};
 
 impl<T: 'static> KafkaSourceFunction<T> {
+    /// Emits the subtask's watermark: the minimum over its partitions that are open and
+    /// active (had a record within the idleness timeout); marks the subtask idle when
+    /// every open partition is idle.
+    pub(super) fn emit_watermark(
+        &mut self,
+        out: &mut SourceOutput<'_, T>,
+    ) -> weir_core::Result<()> {
+        let Some(ooo) = self.cfg.out_of_orderness else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        let mut wm: Option<Timestamp> = None;
+        let mut any_open = false;
+        for p in self.parts.iter().filter(|p| !p.done) {
+            any_open = true;
+            let active = self
+                .cfg
+                .idleness
+                .is_none_or(|d| now.duration_since(p.last_record) < d);
+            if active {
+                let w = if p.max_ts == MIN_WATERMARK {
+                    MIN_WATERMARK
+                } else {
+                    p.max_ts.saturating_sub(ooo).saturating_sub(1)
+                };
+                wm = Some(wm.map_or(w, |m: Timestamp| m.min(w)));
+            }
+        }
+        match wm {
+            Some(w) => {
+                if self.idle {
+                    self.idle = false;
+                    out.mark_idle(false)?;
+                }
+                if w > self.watermark {
+                    self.watermark = w;
+                    out.emit_watermark(w)?;
+                }
+            }
+            None if (any_open || self.parts.is_empty()) && !self.idle => {
+                self.idle = true;
+                out.mark_idle(true)?;
+            }
+            None => {}
+        }
+        Ok(())
+    }
+
     /// The watermark of partition `i`: its largest timestamp less the out-of-orderness.
     fn partition_watermark(&self, i: usize, out_of_orderness: Timestamp) -> Timestamp {
         match self.parts[i].max_ts {
