@@ -6,6 +6,7 @@
 //! The broker is `WEIR_KAFKA_BROKERS` if set (CI starts one with `scripts/kafka.sh start`),
 //! otherwise the tests start one themselves with that script.
 
+mod alignment;
 mod basics;
 mod chaos;
 mod dead_letters;

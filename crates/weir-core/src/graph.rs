@@ -71,6 +71,9 @@ pub struct NodeSpec {
     /// file sink's output directory): the runtime takes a lease on each before the job
     /// starts, and refuses to run while another live run holds one.
     pub exclusive_dirs: Vec<std::path::PathBuf>,
+    /// The watermark alignment group of the source whose task this node runs in (set on
+    /// the source itself, or on a `with_watermarks` chained to it).
+    pub watermark_alignment: Option<crate::watermark::WatermarkAlignment>,
 }
 
 impl NodeSpec {
@@ -117,6 +120,9 @@ pub struct BuildContext<'a> {
     /// Where a source subtask reports the partitions it reads (see
     /// [`SourceFigures`](crate::dsl::SourceFigures)); other operators ignore it.
     pub source_figures: &'a crate::dsl::SourceFigures,
+    /// A source subtask of a watermark alignment group: the limit its group publishes
+    /// (see [`SourceContext::alignment`](crate::dsl::SourceContext::alignment)).
+    pub alignment: Option<&'a crate::watermark::AlignmentHandle>,
 }
 
 /// A subtask's built operator.
@@ -206,6 +212,18 @@ pub trait PortType: Send + Sync {
         output
     }
 
+    /// Wraps an output (`Box<dyn Output<T>>`) in a [`crate::watermark::AlignmentObserved`]
+    /// that reports the watermarks and idleness passing through to `member`. The default
+    /// returns the output unwrapped (nothing is reported).
+    fn alignment_observed(
+        &self,
+        output: Box<dyn Any>,
+        member: crate::watermark::AlignmentMember,
+    ) -> Box<dyn Any> {
+        let _ = member;
+        output
+    }
+
     /// Wraps a sink's input (`Box<dyn Output<T>>`) in a [`crate::output::LatencyObserved`]
     /// that hands the latency markers reaching it to `observe`. The default returns the
     /// input unwrapped (the sink ignores the markers).
@@ -285,6 +303,19 @@ impl<T: crate::data::Data> PortType for Port<T> {
             .downcast::<Box<dyn Output<T>>>()
             .expect("internal: output type mismatch");
         let out: Box<dyn Output<T>> = Box::new(crate::exchange::Metered::new(inner, bytes, copies));
+        Box::new(out)
+    }
+
+    fn alignment_observed(
+        &self,
+        output: Box<dyn Any>,
+        member: crate::watermark::AlignmentMember,
+    ) -> Box<dyn Any> {
+        let inner = *output
+            .downcast::<Box<dyn Output<T>>>()
+            .expect("internal: output type mismatch");
+        let out: Box<dyn Output<T>> =
+            Box::new(crate::watermark::AlignmentObserved::new(inner, member));
         Box::new(out)
     }
 

@@ -23,6 +23,12 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod alignment;
+pub use alignment::{
+    AlignmentHandle, AlignmentMember, AlignmentObserved, MemberStatus, SplitAlignment,
+    SplitChanges, WatermarkAlignment, group_minimum, max_allowed,
+};
+
 type TimestampFn<T> = Arc<dyn Fn(&T) -> Timestamp + Send + Sync>;
 type GeneratorFactory<T> = Arc<dyn Fn() -> Box<dyn WatermarkGenerator<T>> + Send + Sync>;
 
@@ -189,6 +195,7 @@ pub struct WatermarkStrategy<T> {
     idleness: Option<Duration>,
     interval: Duration,
     timestamps: Option<TimestampFn<T>>,
+    alignment: Option<WatermarkAlignment>,
 }
 
 impl<T> Clone for WatermarkStrategy<T> {
@@ -200,6 +207,7 @@ impl<T> Clone for WatermarkStrategy<T> {
             idleness: self.idleness,
             interval: self.interval,
             timestamps: self.timestamps.clone(),
+            alignment: self.alignment.clone(),
         }
     }
 }
@@ -215,6 +223,7 @@ impl<T: Data> WatermarkStrategy<T> {
             idleness: None,
             interval: Duration::from_millis(200),
             timestamps: None,
+            alignment: None,
         }
     }
 
@@ -270,6 +279,50 @@ impl<T: Data> WatermarkStrategy<T> {
     pub fn with_emit_interval(mut self, interval: Duration) -> Self {
         self.interval = interval;
         self
+    }
+
+    /// Puts the source in front of this strategy into the watermark alignment group
+    /// `group` (Flink's `withWatermarkAlignment`): while the source's watermark is more
+    /// than `max_drift` ahead of the lowest watermark of the group's sources, it stops
+    /// reading (it still takes part in checkpoints) until the others catch up. The group's
+    /// lowest watermark is recomputed every `update_interval`; idle and finished sources do
+    /// not hold it back. Sources of different streams share a group by its name: align the
+    /// two inputs of a join so that the fast one does not fill the join's state.
+    ///
+    /// The strategy must be applied right after the source, at the source's parallelism
+    /// (in the source's task); the job refuses to start otherwise, and refuses an empty
+    /// group name, a drift under 1 ms or a zero interval. How far a source can overshoot
+    /// depends on how often its watermark moves: with watermarks every emit interval it can
+    /// read that interval's worth of records beyond the drift; with
+    /// [`with_per_record_watermarks`](Self::with_per_record_watermarks), about one batch.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_core::prelude::*;
+    /// let p = Pipeline::new();
+    /// let aligned = || {
+    ///     WatermarkStrategy::<(u32, i64)>::monotonous()
+    ///         .with_timestamps(|e| e.1)
+    ///         .with_per_record_watermarks()
+    ///         .watermark_alignment("orders", Duration::from_secs(10), Duration::from_millis(100))
+    /// };
+    /// let orders = p.from_collection(vec![(1, 1_000), (2, 2_000)]).with_watermarks(aligned());
+    /// let payments = p.from_collection(vec![(1, 1_500)]).with_watermarks(aligned());
+    /// # let _ = (orders, payments);
+    /// ```
+    pub fn watermark_alignment(
+        mut self,
+        group: &str,
+        max_drift: Duration,
+        update_interval: Duration,
+    ) -> Self {
+        self.alignment = Some(WatermarkAlignment::new(group, max_drift, update_interval));
+        self
+    }
+
+    /// The watermark alignment the strategy asks for, if any.
+    pub fn alignment(&self) -> Option<&WatermarkAlignment> {
+        self.alignment.as_ref()
     }
 
     /// The configured bound on out-of-orderness.

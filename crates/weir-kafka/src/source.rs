@@ -207,6 +207,7 @@ struct PartState {
     end: Option<i64>,
 }
 
+mod align;
 mod lag;
 mod snapshot;
 use snapshot::{PartEventTime, decode_snapshot, encode_snapshot};
@@ -218,6 +219,9 @@ struct Part {
     last_record: Instant,
     /// The partition's figures, also on `/metrics` (see `lag`).
     gauges: lag::Gauges,
+    /// Paused by watermark alignment after the consumer fetched records past `next`: seek
+    /// back to `next` when it resumes (see `align`).
+    rewind: bool,
 }
 
 /// One subtask of a [`KafkaSource`].
@@ -239,6 +243,10 @@ pub struct KafkaSourceFunction<T> {
     figures: weir_core::dsl::SourceFigures,
     /// Reads the partitions' high watermarks once a second while the subtask lives.
     probe: Option<lag::Probe>,
+    /// In a watermark alignment group: the limit the group publishes.
+    alignment: Option<weir_core::watermark::AlignmentHandle>,
+    /// The partitions (indexes into `parts`) paused by watermark alignment.
+    aligned_parts: weir_core::watermark::SplitAlignment<usize>,
 }
 
 impl<T: 'static> KafkaSourceFunction<T> {
@@ -249,6 +257,8 @@ impl<T: 'static> KafkaSourceFunction<T> {
             parallelism: ctx.parallelism.max(1),
             operator: ctx.operator,
             figures: ctx.figures,
+            alignment: ctx.alignment,
+            aligned_parts: weir_core::watermark::SplitAlignment::new(),
             probe: None,
             parts: Vec::new(),
             restored: None,
@@ -352,6 +362,7 @@ impl<T: 'static> KafkaSourceFunction<T> {
                 max_ts,
                 last_record: Instant::now(),
                 gauges,
+                rewind: false,
             });
         }
         let consumer = self.consumer.as_ref().expect("created in open");
@@ -445,48 +456,6 @@ impl<T: 'static> KafkaSourceFunction<T> {
         Ok(())
     }
 
-    fn emit_watermark(&mut self, out: &mut SourceOutput<'_, T>) -> weir_core::Result<()> {
-        let Some(ooo) = self.cfg.out_of_orderness else {
-            return Ok(());
-        };
-        let now = Instant::now();
-        let mut wm: Option<Timestamp> = None;
-        let mut any_open = false;
-        for p in self.parts.iter().filter(|p| !p.done) {
-            any_open = true;
-            let active = self
-                .cfg
-                .idleness
-                .is_none_or(|d| now.duration_since(p.last_record) < d);
-            if active {
-                let w = if p.max_ts == MIN_WATERMARK {
-                    MIN_WATERMARK
-                } else {
-                    p.max_ts.saturating_sub(ooo).saturating_sub(1)
-                };
-                wm = Some(wm.map_or(w, |m: Timestamp| m.min(w)));
-            }
-        }
-        match wm {
-            Some(w) => {
-                if self.idle {
-                    self.idle = false;
-                    out.mark_idle(false)?;
-                }
-                if w > self.watermark {
-                    self.watermark = w;
-                    out.emit_watermark(w)?;
-                }
-            }
-            None if (any_open || self.parts.is_empty()) && !self.idle => {
-                self.idle = true;
-                out.mark_idle(true)?;
-            }
-            None => {}
-        }
-        Ok(())
-    }
-
     fn check_eof(&mut self, partition: i32) {
         let Some(c) = &self.consumer else { return };
         let Ok(pos) = c.position() else { return };
@@ -577,6 +546,11 @@ impl<T: 'static> SourceFunction<T> for KafkaSourceFunction<T> {
                     let Some(i) = self.part_index(m.topic(), m.partition()) else {
                         continue;
                     };
+                    // Paused by alignment (fetched before the pause took effect), or read
+                    // again after a resume: not emitted now.
+                    if self.partition_paused(i) || m.offset() < self.parts[i].state.next {
+                        continue;
+                    }
                     let part = &mut self.parts[i];
                     if part.done || part.state.end.is_some_and(|e| m.offset() >= e) {
                         part.done = true;
@@ -645,6 +619,7 @@ impl<T: 'static> SourceFunction<T> for KafkaSourceFunction<T> {
         }
         self.publish_positions();
         self.emit_watermark(out)?;
+        self.align_partitions()?;
         if n == 0 {
             if self.cfg.bounded && self.parts.iter().all(|p| p.done) {
                 return Ok(SourceStatus::Finished);

@@ -153,6 +153,7 @@ pub fn start(name: &str, graph: Graph, cfg: JobConfig) -> Result<JobHandle> {
     cfg.validate()?;
     crate::logging::init_with(cfg.log_format)?;
     let plan = Plan::new(&graph, &cfg)?;
+    let alignment = crate::alignment::Groups::new(&graph, &plan)?;
     let web = cfg
         .web_address
         .as_ref()
@@ -172,6 +173,7 @@ pub fn start(name: &str, graph: Graph, cfg: JobConfig) -> Result<JobHandle> {
         cancel: AtomicBool::new(false),
         savepoint_request: std::sync::atomic::AtomicU8::new(0),
         status,
+        alignment,
     });
     let job = shared.clone();
     let name = name.to_string();

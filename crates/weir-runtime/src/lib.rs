@@ -6,6 +6,7 @@
 //! It must not contain operator logic (that is weir-core's) or storage (weir-state's).
 #![deny(missing_docs)]
 
+mod alignment;
 mod checkpoints;
 pub mod cluster;
 mod config;

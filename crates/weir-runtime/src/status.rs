@@ -306,6 +306,10 @@ impl JobStatus {
                     ended: t.ended_ns.load(Ordering::Relaxed) > 0,
                     idle_ns: totals.idle,
                     backpressured_ns: totals.backpressured,
+                    alignment_paused_ns: t
+                        .alignment_paused_ns
+                        .as_ref()
+                        .map(|c| c.load(Ordering::Relaxed)),
                     nodes: t
                         .nodes
                         .iter()
@@ -359,6 +363,9 @@ impl JobStatus {
             t.idle_ns.store(f.idle_ns, Ordering::Relaxed);
             t.backpressured_ns
                 .store(f.backpressured_ns, Ordering::Relaxed);
+            if let (Some(cell), Some(ns)) = (&t.alignment_paused_ns, f.alignment_paused_ns) {
+                cell.store(ns, Ordering::Relaxed);
+            }
             for n in f.nodes {
                 let Some(cells) = t.node(n.node as usize) else {
                     continue;

@@ -169,6 +169,8 @@ pub(crate) struct JobShared {
     pub savepoint_request: std::sync::atomic::AtomicU8,
     /// What the job reports about itself (the REST API's views).
     pub status: Arc<crate::status::JobStatus>,
+    /// The watermark alignment groups of the job's sources.
+    pub alignment: crate::alignment::Groups,
 }
 
 /// Wall-clock time in ms since the Unix epoch.
@@ -189,6 +191,8 @@ struct Builder<'a> {
     metrics: Option<&'a crate::status::TaskMetrics>,
     /// The task's figures, counted or not (sources report their partitions there).
     figures: &'a crate::status::TaskMetrics,
+    /// An aligned source's task: the node that asked for alignment reports what it emits.
+    alignment: Option<&'a crate::alignment::SourceAligner>,
 }
 
 impl Builder<'_> {
@@ -238,7 +242,14 @@ impl Builder<'_> {
                     );
                 }
             }
-            let out = port_type.fan_out(list);
+            let mut out = port_type.fan_out(list);
+            // The node that asked for alignment: what it emits is its source's watermark.
+            if let Some(a) = self
+                .alignment
+                .filter(|_| spec.watermark_alignment.is_some())
+            {
+                out = port_type.alignment_observed(out, a.member());
+            }
             // A source's records and watermark out are read from it after each poll.
             let counted = self
                 .metrics
@@ -286,6 +297,7 @@ impl Builder<'_> {
             checkpointing: job.cfg.checkpoint.is_some(),
             checkpoint_timing: job.cfg.checkpoint.as_ref().map(|c| (c.interval, c.timeout)),
             source_figures: &source_figures,
+            alignment: self.alignment.map(|a| a.handle()),
         };
         let built = spec.factory.build(&ctx, outputs)?;
         match built {
@@ -409,6 +421,9 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
     let counted = job.status.detailed().then_some(&*metrics);
     let participants = Participants::default();
     let mut writers = std::mem::take(&mut spec.writers);
+    let aligner =
+        job.alignment
+            .source(spec.head, spec.subtask, metrics.alignment_paused_ns.clone());
     let built = Builder {
         job,
         subtask: spec.subtask,
@@ -417,6 +432,7 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
         participants: &participants,
         metrics: counted,
         figures: &metrics,
+        alignment: aligner.as_ref(),
     }
     .build_node(spec.head)?;
     spec.start.arrive();
@@ -434,7 +450,7 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
             ck.spec.start.wait(&ck.spec.cancel)?;
             metrics.idle(waiting.elapsed());
             let cells = counted.and_then(|m| m.node(spec.head));
-            run_source(job, src, cells, &mut ck)
+            run_source(job, src, cells, aligner, &mut ck)
         }
         Built::Operator { inputs, control } => {
             let node = &job.graph.nodes[spec.head];
@@ -481,6 +497,7 @@ fn run_source(
     job: &JobShared,
     mut src: Box<dyn SourceTask>,
     cells: Option<&crate::status::NodeCells>,
+    mut aligner: Option<crate::alignment::SourceAligner>,
     ck: &mut Checkpoints<'_>,
 ) -> Result<u64> {
     let checkpointing = job.cfg.checkpoint.is_some();
@@ -499,9 +516,15 @@ fn run_source(
         if cancelled(ck) {
             return Err(Error::Cancelled);
         }
-        let cmd = if finished {
+        // Watermark alignment: a source too far ahead waits here, answering commands.
+        let paused = aligner
+            .as_mut()
+            .filter(|_| !finished)
+            .and_then(|a| a.paused(Instant::now()).then(|| a.wait(Instant::now())));
+        let cmd = if finished || paused.is_some() {
             let _idle = IdleTimer::start(&ck.spec.metrics);
-            match ck.spec.commands.recv_timeout(Duration::from_millis(10)) {
+            let wait = paused.unwrap_or(Duration::from_millis(10));
+            match ck.spec.commands.recv_timeout(wait) {
                 Ok(c) => Some(c),
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
@@ -532,6 +555,14 @@ fn run_source(
         if finished {
             continue;
         }
+        if paused.is_some() {
+            let now = now_ms();
+            if now != last_tick {
+                last_tick = now;
+                src.control(Control::Tick(now))?;
+            }
+            continue;
+        }
         let status = src.poll()?;
         ck.spec.progress.store(src.emitted(), Ordering::Relaxed);
         if let Some(c) = cells {
@@ -558,6 +589,9 @@ fn run_source(
                 src.control(Control::Watermark(MAX_WATERMARK))?;
                 if let Some(c) = cells {
                     c.watermark_out.store(MAX_WATERMARK, Ordering::Relaxed);
+                }
+                if let Some(a) = aligner.as_mut() {
+                    a.finished();
                 }
                 if !checkpointing {
                     break;

@@ -184,7 +184,8 @@ impl<K: Key, A: Data, B: Data> IntervalJoined<K, A, B> {
                     Late::new(late_a.clone(), &info, "left"),
                     Late::new(late_b.clone(), &info, "right"),
                     f,
-                )?;
+                )?
+                .with_buffer_gauges(&info);
                 crate::ops::co::build(ka.clone(), kb.clone(), join, state, out, side, info)
             },
         );

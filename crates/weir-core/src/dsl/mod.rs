@@ -5,6 +5,7 @@
 //! for one subtask; element types are checked by the compiler end to end and erased only
 //! inside the factories. Nothing here runs anything: `weir::Env::execute` does.
 
+mod alignment;
 mod async_io;
 mod broadcast;
 mod changes;
@@ -160,6 +161,7 @@ impl Pipeline {
             chainable,
             keyed: desc.keyed,
             exclusive_dirs: Vec::new(),
+            watermark_alignment: None,
         });
         id
     }

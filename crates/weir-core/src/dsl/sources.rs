@@ -44,6 +44,12 @@ pub struct SourceContext {
     /// Where the source reports the partitions it reads and its position in each (read
     /// by the runtime's REST API).
     pub figures: SourceFigures,
+    /// In a watermark alignment group: the highest watermark the group lets this subtask
+    /// read up to. A source that reads several splits and tracks a watermark per split
+    /// pauses the splits beyond it and reads the others (split-level alignment); other
+    /// sources can ignore it (the runtime pauses the whole subtask when its watermark is
+    /// too far ahead).
+    pub alignment: Option<crate::watermark::AlignmentHandle>,
 }
 
 impl SourceContext {
@@ -55,6 +61,7 @@ impl SourceContext {
             parallelism,
             operator: String::new(),
             figures: SourceFigures::default(),
+            alignment: None,
         }
     }
 
@@ -296,6 +303,7 @@ impl Pipeline {
                     parallelism: ctx.parallelism,
                     operator: ctx.name.to_string(),
                     figures: ctx.source_figures.clone(),
+                    alignment: ctx.alignment.cloned(),
                 };
                 let mut src = make(sctx.clone());
                 if let Some(r) = ctx.restore {

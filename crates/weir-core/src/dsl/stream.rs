@@ -260,7 +260,8 @@ impl<T: Data> Stream<T> {
     /// Chained to a source at parallelism 1 with watermarks per record, every downstream
     /// subtask sees records and watermarks in the same order in every run.
     pub fn with_watermarks(&self, strategy: WatermarkStrategy<T>) -> Stream<T> {
-        self.unary(
+        let alignment = strategy.alignment().cloned();
+        let out = self.unary(
             "watermarks",
             false,
             self.partitioning.clone(),
@@ -276,7 +277,11 @@ impl<T: Data> Stream<T> {
                 Ok(Box::new(op))
             },
             vec![],
-        )
+        );
+        if let Some(a) = alignment {
+            super::alignment::align_chained(self, &out, a);
+        }
+        out
     }
 
     /// Partitions by key: records with equal keys go to the same subtask, and keyed

@@ -8,7 +8,8 @@
 //! fall into its interval: an event-time timer removes a left record once the watermark
 //! reaches `t + upper`, a right record once it reaches `t - lower`. A record at or behind
 //! the watermark is late: it goes to the side output given for its side, or is dropped and
-//! counted in `join_late_records_dropped_total`.
+//! counted in `join_late_records_dropped_total`. The gauge `join_buffered_records` (labels
+//! `operator`, `subtask`, `input`) shows how many records each side holds.
 
 use super::OpInfo;
 use super::co::{CoContext, CoProcessFunction};
@@ -208,6 +209,28 @@ impl<K: Key, A: Data, B: Data, O: 'static, P: ProcessJoinFunction<A, B, O>>
             f,
             _p: PhantomData,
         })
+    }
+
+    /// Counts the records each side buffers in the gauge `join_buffered_records`.
+    pub(crate) fn with_buffer_gauges(mut self, info: &OpInfo) -> Self {
+        let subtask = info.subtask.to_string();
+        let gauge = |side: &str| {
+            let g = metrics::gauge(
+                "join_buffered_records",
+                "Records an interval join holds in its state for one input, waiting for the watermark to pass their interval (counted since the subtask started).",
+                &[
+                    ("operator", &*info.name),
+                    ("subtask", subtask.as_str()),
+                    ("input", side),
+                ],
+            );
+            // A subtask starting over (a restart in the same process) counts afresh.
+            g.set(0);
+            g
+        };
+        self.left.counted(gauge("left"));
+        self.right.counted(gauge("right"));
+        self
     }
 }
 

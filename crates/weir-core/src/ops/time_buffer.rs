@@ -8,6 +8,7 @@
 
 use crate::data::{Data, Key};
 use crate::error::Result;
+use crate::metrics::Gauge;
 use crate::state::{MapState, StateContext};
 use crate::time::Timestamp;
 
@@ -15,6 +16,9 @@ use crate::time::Timestamp;
 pub(crate) struct TimeBuffer<T> {
     counts: MapState<Timestamp, u32>,
     records: MapState<(Timestamp, u32), T>,
+    /// Records added minus records taken by this subtask since it started (never below 0:
+    /// records restored from a checkpoint are not counted in).
+    buffered: Option<Gauge>,
 }
 
 impl<T: Data> TimeBuffer<T> {
@@ -23,13 +27,22 @@ impl<T: Data> TimeBuffer<T> {
         Ok(TimeBuffer {
             counts: state.map_state(&format!("{name}-times"))?,
             records: state.map_state(&format!("{name}-records"))?,
+            buffered: None,
         })
+    }
+
+    /// Counts the records in the buffer into `gauge`.
+    pub(crate) fn counted(&mut self, gauge: Gauge) {
+        self.buffered = Some(gauge);
     }
 
     /// Appends `value` to the records at `ts`.
     pub(crate) fn add(&mut self, ts: Timestamp, value: T) -> Result<()> {
         let n = self.counts.get(&ts)?.unwrap_or(0);
         self.records.put((ts, n), value)?;
+        if let Some(g) = &self.buffered {
+            g.set(g.get() + 1);
+        }
         self.counts.put(ts, n + 1)
     }
 
@@ -59,6 +72,9 @@ impl<T: Data> TimeBuffer<T> {
             if let Some(v) = self.records.remove(&(ts, i))? {
                 out.push(v);
             }
+        }
+        if let Some(g) = &self.buffered {
+            g.set((g.get() - out.len() as i64).max(0));
         }
         Ok(out)
     }

@@ -568,6 +568,14 @@ fn on_message(shared: &Shared, id: u32, tx: &UnboundedSender<Vec<u8>>, msg: Wire
         Wire::Ping { nonce } => {
             let _ = tx.send(wire::encode(&Wire::Pong { nonce }));
         }
+        Wire::Alignment { members } => {
+            // Watermark alignment across workers: take this worker's reports, answer with
+            // every member's.
+            let alignment = &shared.job.alignment;
+            alignment.import(&members);
+            let members = alignment.all_reports();
+            let _ = tx.send(wire::encode(&Wire::Alignment { members }));
+        }
         Wire::Figures { attempt, tasks } => {
             // Without the state lock: a heartbeat's figures must never wait for it.
             if shared.figures_attempt.load(Ordering::SeqCst) == attempt {

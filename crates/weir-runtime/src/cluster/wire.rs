@@ -21,7 +21,7 @@ use weir_core::checkpoint::OperatorSnapshot;
 /// worker's figures carry its Kafka sources' partitions. 5: an acknowledgement may carry
 /// references to the files its worker stored itself (checkpoints on object storage)
 /// instead of their contents.
-pub(crate) const PROTOCOL: u32 = 5;
+pub(crate) const PROTOCOL: u32 = 6;
 
 /// Largest frame accepted (a checkpoint acknowledgement carries the state files).
 pub(crate) const MAX_FRAME: usize = 1 << 30;
@@ -129,6 +129,13 @@ pub(crate) enum Wire {
     DataHello { attempt: u64, from: u32 },
     /// The receiver has room for `n` more messages on `link`.
     Credit { link: LinkKey, n: u32 },
+
+    // Both ways.
+    /// Watermark alignment: a worker's source subtasks' reports (with every heartbeat), and
+    /// the coordinator's answer with every member's it knows.
+    Alignment {
+        members: Vec<crate::alignment::MemberReport>,
+    },
 }
 
 /// One attempt's placement.

@@ -411,6 +411,9 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
                     {
                         return;
                     }
+                    if let Some(members) = job.alignment.local_reports() {
+                        let _ = out.send(wire::encode(&Wire::Alignment { members }));
+                    }
                     let attempt = deployed.load(Ordering::SeqCst);
                     if attempt > 0 {
                         let tasks = job.status.figures();
@@ -486,6 +489,7 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
                     }
                 }
                 Ok(Some(Wire::JobEnded { error })) => break Ended::Job(error),
+                Ok(Some(Wire::Alignment { members })) => job.alignment.import(&members),
                 Ok(Some(other)) => {
                     tracing::warn!(message = ?other, "unexpected message from the coordinator");
                 }

@@ -96,6 +96,14 @@ const FIGURES: &[Figure] = &[
         scale: 1.0,
         per_task: true,
     },
+    Figure {
+        name: "weir_source_alignment_paused_time_ms_total",
+        help: "Milliseconds the source subtask stopped reading because its watermark was more than the maximum drift ahead of its watermark alignment group (aligned sources only).",
+        kind: "counter",
+        field: "alignment_paused_ms",
+        scale: 1.0,
+        per_task: true,
+    },
 ];
 
 impl JobStatus {
@@ -192,6 +200,43 @@ mod tests {
         );
         // No watermark reached yet: no series for it.
         assert!(!text.contains("current_input_watermark{job=\"model\",operator=\"double\""));
+    }
+
+    #[test]
+    fn an_aligned_sources_paused_time_is_rendered_per_task() {
+        let (mut graph, plan, s) = model();
+        graph.nodes[0].watermark_alignment = Some(weir_core::watermark::WatermarkAlignment::new(
+            "g",
+            std::time::Duration::from_millis(100),
+            std::time::Duration::from_millis(10),
+        ));
+        s.attempt_started(0);
+        let source = s.task(&graph, &plan, 0, 0);
+        source
+            .alignment_paused_ns
+            .as_ref()
+            .expect("an aligned source has the cell")
+            .store(2_500_000_000, Ordering::Relaxed);
+        s.task(&graph, &plan, 1, 0);
+        let text = s.prometheus();
+        assert!(
+            text.contains(
+                "weir_source_alignment_paused_time_ms_total{job=\"model\",task=\"numbers\",subtask=\"0\"} 2500\n"
+            ),
+            "{text}"
+        );
+        // Tasks of operators that are not aligned sources have no series.
+        assert_eq!(
+            text.matches("weir_source_alignment_paused_time_ms_total{")
+                .count(),
+            1,
+            "{text}"
+        );
+        let ops = s.operators_view();
+        let numbers = &ops["operators"][0];
+        assert_eq!(numbers["alignment_paused_ms"], 2500);
+        assert_eq!(numbers["subtasks"][0]["alignment_paused_ms"], 2500);
+        assert!(ops["operators"][1]["alignment_paused_ms"].is_null());
     }
 
     #[test]

@@ -65,6 +65,9 @@ pub(crate) struct TaskMetrics {
     pub backpressured_ns: Arc<AtomicU64>,
     /// Bytes of state this subtask wrote for the last completed checkpoint.
     pub(super) checkpointed_bytes: AtomicU64,
+    /// An aligned source's task: the time it stopped polling because its watermark was
+    /// too far ahead of its alignment group's (`None`: not aligned).
+    pub alignment_paused_ns: Option<Arc<AtomicU64>>,
     pub nodes: Vec<NodeCells>,
 }
 
@@ -112,6 +115,11 @@ impl TaskMetrics {
             idle_ns: AtomicU64::new(0),
             backpressured_ns: cell(),
             checkpointed_bytes: AtomicU64::new(0),
+            alignment_paused_ns: graph
+                .nodes
+                .iter()
+                .any(|n| plan.head_of[n.id.0] == head && n.watermark_alignment.is_some())
+                .then(cell),
             nodes,
         }
     }
@@ -168,6 +176,8 @@ pub(crate) struct TaskFigures {
     pub ended: bool,
     pub idle_ns: u64,
     pub backpressured_ns: u64,
+    /// An aligned source's paused time (`None`: not an aligned source).
+    pub alignment_paused_ns: Option<u64>,
     pub nodes: Vec<NodeFigures>,
 }
 

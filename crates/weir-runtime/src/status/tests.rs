@@ -119,6 +119,7 @@ fn time_fractions_and_counts_come_from_the_reported_figures() {
         ended: false,
         idle_ns: 250_000_000,
         backpressured_ns: 500_000_000,
+        alignment_paused_ns: None,
         nodes: vec![
             NodeFigures {
                 node: 1,

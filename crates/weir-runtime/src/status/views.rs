@@ -141,6 +141,13 @@ impl JobStatus {
                     "busy_ms": (cur.elapsed - cur.idle - cur.backpressured) / 1_000_000,
                     "idle_ms": cur.idle / 1_000_000,
                     "backpressured_ms": cur.backpressured / 1_000_000,
+                    // Watermark alignment: the time the source stopped reading (its task's
+                    // head only; null when the source is not aligned).
+                    "alignment_paused_ms": t
+                        .alignment_paused_ns
+                        .as_ref()
+                        .filter(|_| t.head == op.id)
+                        .map(|c| c.load(Ordering::Relaxed) / 1_000_000),
                     "watermark": watermark,
                     "watermark_lag_ms": lag,
                     "state_bytes": task::state(&cells.state_bytes).filter(|_| self.detailed()),
@@ -198,6 +205,10 @@ impl JobStatus {
             o.insert(
                 "state_bytes".into(),
                 partitions::sum(&subtasks, "state_bytes"),
+            );
+            o.insert(
+                "alignment_paused_ms".into(),
+                partitions::sum(&subtasks, "alignment_paused_ms"),
             );
             o.insert("partitions".into(), partitions::view(op.id, &tasks));
             o.insert("subtasks".into(), serde_json::Value::Array(subtasks));

@@ -157,6 +157,7 @@ fn subtask(
         checkpointing: true,
         checkpoint_timing: None,
         source_figures: &figures,
+        alignment: None,
     };
     let info = OpInfo::from_ctx(&ctx);
     let state = StateContext::new(crate::state::KeyContext::new(), Box::new(NoBackend));
