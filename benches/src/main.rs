@@ -45,11 +45,19 @@
 //! writes generated changes into a fresh PostgreSQL table through the upsert sink
 //! (exactly-once unless `--at-least-once`) and prints events per second, the rows and
 //! transactions written, and `results` (the table's rows at the end: `--keys`).
+//!
+//! ```text
+//! cargo run --release -p weir-bench -- latency --rate 100000 [--parallelism P] \
+//!     [--seconds S] [--flush-interval-ms MS] [--checkpoint-interval-ms MS] [--state S]
+//! ```
+//! runs a keyed job fed at a fixed rate and prints source-to-sink latency percentiles
+//! (see `latency.rs`).
 
 mod async_io;
 mod broadcast_rules;
 mod cluster;
 mod jobs;
+mod latency;
 mod time_joins;
 mod upsert;
 
@@ -92,6 +100,9 @@ enum Job {
     TemporalJoin(JoinArgs),
     /// generator → changes → the PostgreSQL upsert sink (a table of `--keys` rows).
     UpsertPostgres(upsert::UpsertArgs),
+    /// paced source (fixed rate) → key_by → count per key → sink: source-to-sink latency
+    /// percentiles, and the largest latency of records that crossed a checkpoint.
+    Latency(latency::LatencyArgs),
     /// A worker of `keyed-sum --workers N`, started by the coordinating weir-bench.
     #[command(hide = true)]
     ClusterWorker(WorkerArgs),
@@ -451,6 +462,18 @@ fn main() -> ExitCode {
         Job::BroadcastRules(a) => ("broadcast-rules", a),
         Job::Nexmark(n) => return nexmark(n),
         Job::ClusterWorker(w) => return cluster_worker(w),
+        Job::Latency(l) => {
+            return match latency::run(l) {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("weir-bench: latency failed: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Job::UpsertPostgres(u) => {
             return match upsert::run(u) {
                 Ok(line) => {
@@ -567,6 +590,7 @@ fn main() -> ExitCode {
         | Job::Nexmark(_)
         | Job::ClusterWorker(_)
         | Job::AsyncIo(_)
+        | Job::Latency(_)
         | Job::UpsertPostgres(_) => {
             unreachable!("handled above")
         }
