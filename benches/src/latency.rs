@@ -33,10 +33,10 @@ pub struct LatencyArgs {
     /// Seconds at the start whose records are not measured.
     #[arg(long, default_value_t = 1.0)]
     pub warmup_seconds: f64,
-    /// How long a partly filled batch may wait on a channel (milliseconds; fractions
-    /// allowed, 0 = flush after every poll of the source and every input batch).
-    #[arg(long, default_value_t = 10.0)]
-    pub flush_interval_ms: f64,
+    /// How long a partly filled batch may wait for more records while its producer is
+    /// busy (milliseconds; 0 = at every millisecond tick).
+    #[arg(long, default_value_t = 10)]
+    pub flush_interval_ms: u64,
     /// Checkpoint interval in milliseconds (0 = no checkpoints).
     #[arg(long, default_value_t = 1000)]
     pub checkpoint_interval_ms: u64,
@@ -68,9 +68,6 @@ impl LatencyArgs {
         }
         if !(self.warmup_seconds >= 0.0 && self.warmup_seconds.is_finite()) {
             return Err("--warmup-seconds must be zero or a positive number".into());
-        }
-        if !(self.flush_interval_ms >= 0.0 && self.flush_interval_ms.is_finite()) {
-            return Err("--flush-interval-ms must be zero or a positive number".into());
         }
         Ok(())
     }
@@ -261,7 +258,10 @@ impl SinkFunction<(u64, i64)> for LatencySink {
         Ok(())
     }
 
-    fn snapshot(&mut self, _id: weir::ids::CheckpointId) -> weir::Result<Option<(Vec<u8>, String)>> {
+    fn snapshot(
+        &mut self,
+        _id: weir::ids::CheckpointId,
+    ) -> weir::Result<Option<(Vec<u8>, String)>> {
         self.snapshotted = true;
         Ok(None)
     }
@@ -273,7 +273,9 @@ impl SinkFunction<(u64, i64)> for LatencySink {
         ] {
             let mut total = total.lock().unwrap_or_else(|p| p.into_inner());
             match total.as_mut() {
-                Some(t) => t.add(mine).map_err(|e| weir::Error::Config(e.to_string()))?,
+                Some(t) => t
+                    .add(mine)
+                    .map_err(|e| weir::Error::Config(e.to_string()))?,
                 None => *total = Some(mine.clone()),
             }
         }
@@ -288,7 +290,7 @@ pub fn run(a: &LatencyArgs) -> anyhow::Result<String> {
     let mut cfg = JobConfig {
         parallelism: a.parallelism,
         batch_size: a.batch_size,
-        flush_interval: Duration::from_secs_f64(a.flush_interval_ms / 1000.0),
+        flush_interval: Duration::from_millis(a.flush_interval_ms),
         state_backend: crate::backend(a.state),
         ..JobConfig::default()
     };
@@ -402,20 +404,23 @@ mod tests {
             parallelism: 2,
             seconds: 1.0,
             warmup_seconds: 0.0,
-            flush_interval_ms: 0.5,
+            flush_interval_ms: 1,
             checkpoint_interval_ms: 0,
             state: crate::State::Memory,
             keys: 10,
             batch_size: 1024,
         };
         assert_eq!(ok.validate(), Ok(()));
-        let slow = LatencyArgs { rate: 1, ..ok.clone() };
-        assert!(slow.validate().unwrap_err().contains("--rate 1"));
-        let neg = LatencyArgs {
-            flush_interval_ms: -1.0,
+        let slow = LatencyArgs {
+            rate: 1,
             ..ok.clone()
         };
-        assert!(neg.validate().unwrap_err().contains("--flush-interval-ms"));
+        assert!(slow.validate().unwrap_err().contains("--rate 1"));
+        let warm = LatencyArgs {
+            warmup_seconds: -1.0,
+            ..ok.clone()
+        };
+        assert!(warm.validate().unwrap_err().contains("--warmup-seconds"));
         let none = LatencyArgs { seconds: 0.0, ..ok };
         assert!(none.validate().unwrap_err().contains("--seconds"));
     }

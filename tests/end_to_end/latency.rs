@@ -122,12 +122,7 @@ fn run(n: u64, busy: bool, flush_interval: Duration, patience: Duration) -> Vec<
 fn an_idle_producer_sends_a_record_at_once_not_after_the_flush_interval() {
     // A minute's flush interval: only the flush of an idle source or operator task
     // gets a record through in time.
-    let ages = run(
-        30,
-        false,
-        Duration::from_secs(60),
-        Duration::from_secs(20),
-    );
+    let ages = run(30, false, Duration::from_secs(60), Duration::from_secs(20));
     assert_eq!(
         ages.iter().map(|(v, _)| *v).collect::<Vec<_>>(),
         (0..30).collect::<Vec<u64>>()
@@ -140,16 +135,25 @@ fn an_idle_producer_sends_a_record_at_once_not_after_the_flush_interval() {
 #[test]
 fn a_busy_producer_sends_a_record_within_the_flush_interval() {
     // The source polls without pause, so it is never idle: the flush interval sends.
-    let ages = run(
-        20,
-        true,
-        Duration::from_millis(20),
-        Duration::from_secs(20),
-    );
+    let ages = run(20, true, Duration::from_millis(20), Duration::from_secs(20));
     assert_eq!(
         ages.iter().map(|(v, _)| *v).collect::<Vec<_>>(),
         (0..20).collect::<Vec<u64>>()
     );
     let worst = ages.iter().map(|(_, a)| *a).max().unwrap_or(0);
     assert!(worst < 5_000_000, "a record took {worst} µs: {ages:?}");
+}
+
+#[test]
+fn a_flush_interval_below_a_millisecond_is_refused_with_what_to_use() {
+    let env = Env::new().flush_interval(Duration::from_micros(500));
+    env.from_collection(vec![1i64]).discard();
+    let e = env.execute("sub-ms").unwrap_err();
+    assert!(matches!(e, weir::Error::Config(_)), "{e:?}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("flush interval 500µs is not a whole number of milliseconds")
+            && msg.contains("use 0 (every tick) or whole milliseconds"),
+        "{msg}"
+    );
 }
