@@ -42,7 +42,7 @@ impl SourceFunction<(u64, i64)> for OneAtATime {
         };
         if self.arrived[self.subtask].load(Ordering::SeqCst) < self.sent {
             if self.waiting_since.elapsed() > self.patience {
-                return Err(weir::Error::Config(format!(
+                return Err(weir::Error::User(format!(
                     "record {} has not reached the sink within {:?}",
                     self.next - PARALLELISM,
                     self.patience
