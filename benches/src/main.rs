@@ -54,12 +54,20 @@
 //! checkpointing every second, and prints the checkpoints' duration (p50, p99), alignment,
 //! median size and count, read from their manifests; `--no-throttle` reports records/s
 //! without backpressure (see `backpressure.rs`).
+//!
+//! ```text
+//! cargo run --release -p weir-bench -- latency --rate 100000 [--parallelism P] \
+//!     [--seconds S] [--flush-interval-ms MS] [--checkpoint-interval-ms MS] [--state S]
+//! ```
+//! runs a keyed job fed at a fixed rate and prints source-to-sink latency percentiles
+//! (see `latency.rs`).
 
 mod async_io;
 mod backpressure;
 mod broadcast_rules;
 mod cluster;
 mod jobs;
+mod latency;
 mod time_joins;
 mod upsert;
 
@@ -106,6 +114,9 @@ enum Job {
     /// checkpointing every second in `--checkpoint-mode`: checkpoint duration, alignment and
     /// size under backpressure (`--no-throttle`: records/s without it).
     Backpressure(backpressure::BackpressureArgs),
+    /// paced source (fixed rate) → key_by → count per key → sink: source-to-sink latency
+    /// percentiles, and the largest latency of records that crossed a checkpoint.
+    Latency(latency::LatencyArgs),
     /// A worker of `keyed-sum --workers N`, started by the coordinating weir-bench.
     #[command(hide = true)]
     ClusterWorker(WorkerArgs),
@@ -465,6 +476,18 @@ fn main() -> ExitCode {
         Job::BroadcastRules(a) => ("broadcast-rules", a),
         Job::Nexmark(n) => return nexmark(n),
         Job::ClusterWorker(w) => return cluster_worker(w),
+        Job::Latency(l) => {
+            return match latency::run(l) {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("weir-bench: latency failed: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Job::UpsertPostgres(u) => {
             return match upsert::run(u) {
                 Ok(line) => {
@@ -594,6 +617,7 @@ fn main() -> ExitCode {
         | Job::ClusterWorker(_)
         | Job::AsyncIo(_)
         | Job::Backpressure(_)
+        | Job::Latency(_)
         | Job::UpsertPostgres(_) => {
             unreachable!("handled above")
         }

@@ -17,6 +17,7 @@ mod dedup;
 mod docs;
 mod errors;
 mod joins;
+mod latency;
 mod logging;
 mod metrics_endpoint;
 mod object_output;

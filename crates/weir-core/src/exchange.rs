@@ -539,6 +539,7 @@ impl<T: Data> Output<T> for ChannelWriter<T> {
                 self.flush(t)?;
                 self.send(t, Msg::LatencyMarker(m))
             }
+            Control::Flush => self.flush_all(),
             Control::Tick(now) => {
                 if now - self.last_flush_ms >= self.cfg.flush_interval_ms {
                     self.last_flush_ms = now;

@@ -31,6 +31,11 @@ pub enum Control {
     /// Operators forward it unchanged; it reaches no user function, and it moves no
     /// watermark and no checkpoint.
     LatencyMarker(LatencyMarker),
+    /// The task has nothing else to do right now (its source is idle, or none of its
+    /// inputs has a message waiting): channel writers send their partly filled batches
+    /// at once instead of at the next flush interval, since no record would join them
+    /// while the task waits. Operators forward it unchanged.
+    Flush,
 }
 
 /// Flink's latency marker: made by a source subtask every latency-tracking interval, it

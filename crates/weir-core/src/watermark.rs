@@ -525,7 +525,9 @@ impl<T: 'static> Output<T> for WatermarkOperator<T> {
                 self.out.control(event)
             }
             Control::Watermark(_) | Control::Idle(_) => Ok(()),
-            Control::Barrier(_) | Control::LatencyMarker(_) => self.out.control(event),
+            Control::Barrier(_) | Control::LatencyMarker(_) | Control::Flush => {
+                self.out.control(event)
+            }
             Control::End => {
                 self.periodic()?;
                 self.out.control(event)

@@ -27,7 +27,10 @@ pub struct JobConfig {
     pub batch_size: usize,
     /// Batches a channel holds before its writer blocks (the backpressure bound).
     pub channel_capacity: usize,
-    /// A partly filled batch is sent after this long.
+    /// A partly filled batch is sent after this long at the latest, in whole milliseconds
+    /// (0: at every millisecond tick). A task that has nothing else to do (an idle
+    /// source, an operator whose inputs are drained) sends its batches at once, so this
+    /// bounds latency only while a producer stays busy. Default 10 ms.
     pub flush_interval: Duration,
     /// Keyed state backend.
     pub state_backend: BackendKind,
@@ -293,6 +296,14 @@ impl JobConfig {
         }
         if self.batch_size == 0 {
             return Err(Error::Config("batch size must be at least 1 record".into()));
+        }
+        if !self.flush_interval.subsec_nanos().is_multiple_of(1_000_000) {
+            return Err(Error::Config(format!(
+                "flush interval {:?} is not a whole number of milliseconds: partly filled \
+                 batches are sent on the runtime's millisecond ticks (and at once whenever a \
+                 task has nothing else to do), so use 0 (every tick) or whole milliseconds",
+                self.flush_interval
+            )));
         }
         if let Some(c) = &self.cluster {
             c.validate()?;

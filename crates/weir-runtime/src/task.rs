@@ -582,6 +582,8 @@ fn run_source(
         match status {
             SourceStatus::More => {}
             SourceStatus::Idle(ms) => {
+                // No record joins a partly filled batch while the source sleeps.
+                src.control(Control::Flush)?;
                 let _idle = IdleTimer::start(&ck.spec.metrics);
                 std::thread::sleep(Duration::from_millis(ms.clamp(1, 50)))
             }
@@ -772,20 +774,27 @@ fn run_operator(
                 }
             }
             let cmd_index = sel.recv(&commands);
-            let waited = IdleTimer::start(&ck.spec.metrics);
-            let selected = sel.select_timeout(Duration::from_millis(10));
-            drop(waited);
+            let selected = match sel.try_select() {
+                Ok(op) => Some(op),
+                Err(_) => {
+                    // Nothing to read: what the chain buffered goes out now, not at the
+                    // next flush interval (no record would join it while the task waits).
+                    target.send(Control::Flush)?;
+                    let _waited = IdleTimer::start(&ck.spec.metrics);
+                    sel.select_timeout(Duration::from_millis(10)).ok()
+                }
+            };
             match selected {
-                Ok(op) if op.index() == cmd_index => match op.recv(&commands) {
+                Some(op) if op.index() == cmd_index => match op.recv(&commands) {
                     Ok(cmd) => Some(Got::Command(cmd)),
                     Err(_) => return Err(Error::Cancelled),
                 },
-                Ok(op) => {
+                Some(op) => {
                     let flat = index[op.index()];
                     let (g, c) = channels[flat];
                     Some(Got::Gate(flat, gates[g].complete(c, op)?))
                 }
-                Err(_) => None,
+                None => None,
             }
         };
         let mut aligned = Aligned::Wait;

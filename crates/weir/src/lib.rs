@@ -146,6 +146,23 @@ impl Env {
         self
     }
 
+    /// Sets how long a partly filled batch may wait for more records before it is sent
+    /// (Flink's buffer timeout; default 10 ms, whole milliseconds, 0 = at every
+    /// millisecond tick). A task with nothing else to do sends its batches at once
+    /// whatever the interval, so this matters only for producers that stay busy: lower
+    /// it (1 ms, or 0) when their records must not wait, raise it for fewer, fuller
+    /// batches.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let env = weir::Env::new().flush_interval(Duration::from_millis(1));
+    /// assert_eq!(env.config().flush_interval, Duration::from_millis(1));
+    /// ```
+    pub fn flush_interval(mut self, interval: Duration) -> Self {
+        self.config.flush_interval = interval;
+        self
+    }
+
     /// Turns on checkpoints (and restarts from them after a failure); a job started with a
     /// directory that holds a complete checkpoint of the same job resumes from it.
     pub fn checkpoints(mut self, config: CheckpointConfig) -> Self {

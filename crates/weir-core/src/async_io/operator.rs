@@ -500,7 +500,9 @@ impl<T: Data, O: Data> Output<T> for AsyncOp<T, O> {
                 self.flush()?;
                 self.out.control(event)
             }
-            Control::Idle(_) | Control::LatencyMarker(_) => self.out.control(event),
+            Control::Idle(_) | Control::LatencyMarker(_) | Control::Flush => {
+                self.out.control(event)
+            }
         }
     }
 }

@@ -108,3 +108,39 @@ fn a_gate_reports_a_latency_marker_without_delivering_a_record() {
         GateEvent::LatencyMarker(marker(9))
     );
 }
+
+#[test]
+fn flush_sends_every_partly_filled_batch_and_a_tick_waits_for_the_interval() {
+    let exchange = TypedExchange::<i64> {
+        partitioning: Partitioning::Rebalance,
+    };
+    let mut set = exchange.channels(1, 2, cfg());
+    let mut w = *set
+        .writers
+        .remove(0)
+        .downcast::<Box<dyn Output<i64> + Send>>()
+        .expect("a writer of i64");
+    for v in 1..=3 {
+        w.record(v, v * 10).unwrap();
+    }
+    let batch = |b: Vec<(i64, i64)>| format!("{:?}", Msg::Batch(b));
+    // A tick a whole interval (1 s) after the last flush sends the partly filled batches.
+    w.control(Control::Tick(5_000)).unwrap();
+    assert_eq!(drain(&*set.readers[0]), vec![batch(vec![(1, 10), (3, 30)])]);
+    assert_eq!(drain(&*set.readers[1]), vec![batch(vec![(2, 20)])]);
+    // Within the interval they wait.
+    w.record(4, 40).unwrap();
+    w.record(5, 50).unwrap();
+    w.control(Control::Tick(5_999)).unwrap();
+    assert!(drain(&*set.readers[0]).is_empty());
+    assert!(drain(&*set.readers[1]).is_empty());
+    // Flush: every partly filled batch now, whatever the interval.
+    w.control(Control::Flush).unwrap();
+    assert_eq!(drain(&*set.readers[0]), vec![batch(vec![(5, 50)])]);
+    assert_eq!(drain(&*set.readers[1]), vec![batch(vec![(4, 40)])]);
+    // Nothing buffered: neither a flush nor a due tick sends an empty batch.
+    w.control(Control::Flush).unwrap();
+    w.control(Control::Tick(7_000)).unwrap();
+    assert!(drain(&*set.readers[0]).is_empty());
+    assert!(drain(&*set.readers[1]).is_empty());
+}

@@ -430,7 +430,8 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> Output<I> for KeyedPr
                 self.fire(TimeDomain::ProcessingTime, now)?;
             }
             Control::End => self.end_of_input()?,
-            Control::Idle(_) | Control::Barrier(_) | Control::LatencyMarker(_) => {}
+            Control::Idle(_) | Control::Barrier(_) | Control::LatencyMarker(_) | Control::Flush => {
+            }
         }
         self.side.control(event)?;
         self.out.control(event)

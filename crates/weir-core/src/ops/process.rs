@@ -143,7 +143,11 @@ impl<I, O, P: ProcessFunction<I, O>> Output<I> for ProcessOp<O, P> {
         match event {
             Control::Watermark(w) => self.watermark = w,
             Control::Tick(now) => self.now = now,
-            Control::Idle(_) | Control::Barrier(_) | Control::End | Control::LatencyMarker(_) => {}
+            Control::Idle(_)
+            | Control::Barrier(_)
+            | Control::End
+            | Control::LatencyMarker(_)
+            | Control::Flush => {}
         }
         self.side.control(event)?;
         self.out.control(event)
