@@ -34,4 +34,5 @@ mod state_kinds;
 mod tables;
 mod time_joins;
 mod timers;
+mod unaligned;
 mod windows;

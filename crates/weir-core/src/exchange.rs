@@ -17,7 +17,13 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 mod bytes;
+mod unaligned;
 pub use bytes::{Metered, record_size};
+pub use unaligned::{
+    CHANNEL_STATE_TABLE, ChannelEnd, PriorityInlet, PriorityMsg, is_priority,
+    with_unaligned_barriers,
+};
+use unaligned::{Capture, TAG_PRIORITY, encode_priority};
 
 /// What travels on a channel between two subtasks.
 #[derive(Debug)]
@@ -110,6 +116,8 @@ pub struct Link {
     pub reader: Box<dyn LinkReader>,
     /// Decodes messages and hands them to the consumer.
     pub writer: Box<dyn LinkWriter>,
+    /// Hands unaligned barriers to the consumer's priority lane, ahead of its data.
+    pub priority: PriorityInlet,
 }
 
 /// What [`LinkReader::next`] found.
@@ -120,6 +128,9 @@ pub enum LinkRead {
         /// The message was [`Msg::End`].
         end: bool,
     },
+    /// An unaligned barrier was encoded into the buffer: it overtakes the data, so it is
+    /// sent without waiting for (or taking) a credit.
+    Priority,
     /// Nothing arrived within the timeout.
     Timeout,
     /// The producer is gone without ending the channel (it failed).
@@ -131,6 +142,12 @@ pub trait LinkReader: Send {
     /// Waits up to `timeout` for the next message and appends its encoding to `buf` (so a
     /// caller can put a header in front without copying the message).
     fn next(&mut self, timeout: std::time::Duration, buf: &mut Vec<u8>) -> Result<LinkRead>;
+    /// Appends the encoding of an unaligned barrier waiting on the priority lane, if one
+    /// is (called while a data message waits for a credit); true when it did.
+    fn next_priority(&mut self, buf: &mut Vec<u8>) -> bool {
+        let _ = buf;
+        false
+    }
 }
 
 /// The consumer end of a channel, decoding bytes into messages.
@@ -189,6 +206,7 @@ fn decode_msg<T: Data>(bytes: &[u8]) -> Result<Msg<T>> {
         TAG_IDLE if rest.len() == 1 => Msg::Idle(rest[0] != 0),
         TAG_BARRIER => Msg::Barrier(CheckpointId(u64::from_le_bytes(word()?))),
         TAG_END if rest.is_empty() => Msg::End,
+        TAG_PRIORITY => return Err(bad()),
         TAG_LATENCY if rest.len() == 16 => {
             let (created, ids) = rest.split_at(8);
             let u32_at =
@@ -203,30 +221,93 @@ fn decode_msg<T: Data>(bytes: &[u8]) -> Result<Msg<T>> {
     })
 }
 
-struct TypedLinkReader<T>(Receiver<Msg<T>>);
+/// Reads a channel's two lanes for the network. A data message is sent only after the
+/// priority lane was seen empty once it was taken: an unaligned barrier put on the lane
+/// before that message was written always reaches the other side first.
+struct TypedLinkReader<T> {
+    data: Receiver<Msg<T>>,
+    priority: Receiver<PriorityMsg>,
+    held: Option<Msg<T>>,
+    /// The producer still holds the priority lane (it is gone once it ended).
+    priority_open: bool,
+}
 
 impl<T: Data> LinkReader for TypedLinkReader<T> {
     fn next(&mut self, timeout: std::time::Duration, buf: &mut Vec<u8>) -> Result<LinkRead> {
-        match self.0.recv_timeout(timeout) {
-            Ok(msg) => {
-                encode_msg(&msg, buf)?;
-                Ok(LinkRead::Msg {
-                    end: matches!(msg, Msg::End),
-                })
+        if self.next_priority(buf) {
+            return Ok(LinkRead::Priority);
+        }
+        let msg = match self.held.take() {
+            Some(m) => m,
+            None if !self.priority_open => match self.data.recv_timeout(timeout) {
+                Ok(m) => m,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => return Ok(LinkRead::Timeout),
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    return Ok(LinkRead::Disconnected);
+                }
+            },
+            None => {
+                let mut sel = crossbeam_channel::Select::new();
+                let d = sel.recv(&self.data);
+                let p = sel.recv(&self.priority);
+                match sel.select_timeout(timeout) {
+                    Ok(op) if op.index() == d => match op.recv(&self.data) {
+                        Ok(m) => m,
+                        Err(_) => return Ok(LinkRead::Disconnected),
+                    },
+                    Ok(op) => {
+                        debug_assert_eq!(op.index(), p);
+                        match op.recv(&self.priority) {
+                            Ok(pm) => {
+                                encode_priority(pm, buf);
+                                return Ok(LinkRead::Priority);
+                            }
+                            Err(_) => {
+                                // The producer ended: its data lane tells the rest.
+                                self.priority_open = false;
+                                return Ok(LinkRead::Timeout);
+                            }
+                        }
+                    }
+                    Err(_) => return Ok(LinkRead::Timeout),
+                }
             }
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Ok(LinkRead::Timeout),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Ok(LinkRead::Disconnected),
+        };
+        if let Ok(pm) = self.priority.try_recv() {
+            self.held = Some(msg);
+            encode_priority(pm, buf);
+            return Ok(LinkRead::Priority);
+        }
+        encode_msg(&msg, buf)?;
+        Ok(LinkRead::Msg {
+            end: matches!(msg, Msg::End),
+        })
+    }
+
+    fn next_priority(&mut self, buf: &mut Vec<u8>) -> bool {
+        match self.priority.try_recv() {
+            Ok(pm) => {
+                encode_priority(pm, buf);
+                true
+            }
+            Err(_) => false,
         }
     }
 }
 
-struct TypedLinkWriter<T>(Sender<Msg<T>>);
+struct TypedLinkWriter<T> {
+    data: Sender<Msg<T>>,
+    priority: PriorityInlet,
+}
 
 impl<T: Data> LinkWriter for TypedLinkWriter<T> {
     fn write(&mut self, bytes: &[u8]) -> Result<bool> {
+        if self.priority.deliver(bytes)? {
+            return Ok(false);
+        }
         let msg = decode_msg::<T>(bytes)?;
         let end = matches!(msg, Msg::End);
-        self.0
+        self.data
             .send(msg)
             .map_err(|_| Error::ChannelClosed("downstream subtask stopped".into()))?;
         Ok(end)
@@ -318,16 +399,21 @@ impl<T: Data> TypedExchange<T> {
         input: Box<dyn Any>,
         bytes: Option<Arc<std::sync::atomic::AtomicU64>>,
     ) -> Result<Box<dyn InputGate>> {
-        let receivers = *readers
-            .downcast::<Vec<Receiver<Msg<T>>>>()
+        let ends = *readers
+            .downcast::<Vec<ChannelEnd<T>>>()
             .map_err(|_| Error::Config("internal: receiver type mismatch".into()))?;
         let input = *input
             .downcast::<Box<dyn Output<T>>>()
             .map_err(|_| Error::Config("internal: operator input type mismatch".into()))?;
+        let n = ends.len();
         Ok(Box::new(TypedGate {
-            receivers,
+            ends,
             input: RefCell::new(input),
             bytes,
+            partitioning: self.partitioning.clone(),
+            taken: (0..n).map(|_| std::cell::Cell::new(0)).collect(),
+            pending: (0..n).map(|_| RefCell::default()).collect(),
+            captures: (0..n).map(|_| RefCell::new(None)).collect(),
         }))
     }
 }
@@ -342,25 +428,39 @@ impl<T: Data> TypedExchange<T> {
     ) -> ChannelSet {
         let mut link_list = Vec::new();
         let forward = matches!(self.partitioning, Partitioning::Forward) && producers == consumers;
-        let mut senders: Vec<Vec<Sender<Msg<T>>>> = (0..producers).map(|_| Vec::new()).collect();
-        let mut receivers: Vec<Vec<Receiver<Msg<T>>>> =
-            (0..consumers).map(|_| Vec::new()).collect();
+        let mut senders: Vec<Vec<(Sender<Msg<T>>, Sender<PriorityMsg>)>> =
+            (0..producers).map(|_| Vec::new()).collect();
+        let mut receivers: Vec<Vec<ChannelEnd<T>>> = (0..consumers).map(|_| Vec::new()).collect();
         for (p, row) in senders.iter_mut().enumerate() {
             for (c, rx) in receivers.iter_mut().enumerate() {
                 if forward && p != c {
                     continue;
                 }
                 let (s, r) = crossbeam_channel::bounded(cfg.channel_capacity);
+                // Unaligned barriers: never more than one per checkpoint in flight.
+                let (ps, pr) = crossbeam_channel::unbounded();
                 if links {
                     link_list.push(Link {
                         producer: p,
                         consumer: c,
-                        reader: Box::new(TypedLinkReader(r.clone())),
-                        writer: Box::new(TypedLinkWriter(s.clone())),
+                        reader: Box::new(TypedLinkReader {
+                            data: r.clone(),
+                            priority: pr.clone(),
+                            held: None,
+                            priority_open: true,
+                        }),
+                        writer: Box::new(TypedLinkWriter {
+                            data: s.clone(),
+                            priority: PriorityInlet(ps.clone()),
+                        }),
+                        priority: PriorityInlet(ps.clone()),
                     });
                 }
-                row.push(s);
-                rx.push(r);
+                row.push((s, ps));
+                rx.push(ChannelEnd {
+                    data: r,
+                    priority: pr,
+                });
             }
         }
         let partitioning = if forward {
@@ -418,6 +518,13 @@ fn add_backpressured(waited: std::time::Duration) {
 /// Writes records into the channels of one producer subtask, batching per target.
 pub struct ChannelWriter<T> {
     senders: Vec<Sender<Msg<T>>>,
+    /// Per target: its priority lane (unaligned barriers).
+    priority: Vec<Sender<PriorityMsg>>,
+    /// Per target: data messages sent so far.
+    sent: Vec<u64>,
+    /// Per target: the records buffered when an unaligned barrier passed, sent as one
+    /// batch before anything else (they count as before the barrier).
+    held: Vec<Option<Vec<(T, Timestamp)>>>,
     buffers: Vec<Vec<(T, Timestamp)>>,
     partitioning: Partitioning<T>,
     cfg: ExchangeConfig,
@@ -429,15 +536,19 @@ pub struct ChannelWriter<T> {
 
 impl<T: Data> ChannelWriter<T> {
     fn new(
-        senders: Vec<Sender<Msg<T>>>,
+        lanes: Vec<(Sender<Msg<T>>, Sender<PriorityMsg>)>,
         partitioning: Partitioning<T>,
         cfg: ExchangeConfig,
         producer: usize,
     ) -> Self {
-        let n = senders.len();
+        let n = lanes.len();
+        let (senders, priority) = lanes.into_iter().unzip();
         ChannelWriter {
             buffers: (0..n).map(|_| Vec::with_capacity(cfg.batch_size)).collect(),
             senders,
+            priority,
+            sent: vec![0; n],
+            held: (0..n).map(|_| None).collect(),
             partitioning,
             cfg,
             next: producer % n.max(1),
@@ -446,7 +557,15 @@ impl<T: Data> ChannelWriter<T> {
         }
     }
 
-    fn send(&self, target: usize, msg: Msg<T>) -> Result<()> {
+    fn send(&mut self, target: usize, msg: Msg<T>) -> Result<()> {
+        if let Some(held) = self.held[target].take() {
+            self.send_now(target, Msg::Batch(held))?;
+        }
+        self.send_now(target, msg)
+    }
+
+    fn send_now(&mut self, target: usize, msg: Msg<T>) -> Result<()> {
+        self.sent[target] += 1;
         let closed = || Error::ChannelClosed("downstream subtask stopped".into());
         match self.senders[target].try_send(msg) {
             Ok(()) => Ok(()),
@@ -463,6 +582,9 @@ impl<T: Data> ChannelWriter<T> {
 
     fn flush(&mut self, target: usize) -> Result<()> {
         if self.buffers[target].is_empty() {
+            if let Some(held) = self.held[target].take() {
+                self.send_now(target, Msg::Batch(held))?;
+            }
             return Ok(());
         }
         let batch = std::mem::replace(
@@ -484,6 +606,30 @@ impl<T: Data> ChannelWriter<T> {
         b.push((value, ts));
         if b.len() >= self.cfg.batch_size {
             self.flush(target)?;
+        }
+        Ok(())
+    }
+
+    /// Puts barrier `id` on every priority lane without waiting: the buffered records
+    /// stay before it (sent next, as one batch), everything written later after it.
+    fn unaligned_barrier(&mut self, id: CheckpointId) -> Result<()> {
+        for t in 0..self.senders.len() {
+            if self.held[t].is_some() && !self.buffers[t].is_empty() {
+                // An earlier barrier's records are still held: they go first.
+                let held = self.held[t].take().expect("held");
+                self.send_now(t, Msg::Batch(held))?;
+            }
+            if !self.buffers[t].is_empty() {
+                let b = std::mem::replace(
+                    &mut self.buffers[t],
+                    Vec::with_capacity(self.cfg.batch_size),
+                );
+                self.held[t] = Some(b);
+            }
+            let upto = self.sent[t] + u64::from(self.held[t].is_some());
+            self.priority[t]
+                .send((id, upto))
+                .map_err(|_| Error::ChannelClosed("downstream subtask stopped".into()))?;
         }
         Ok(())
     }
@@ -531,6 +677,7 @@ impl<T: Data> Output<T> for ChannelWriter<T> {
             Control::Watermark(w) => self.broadcast_msg(|| Msg::Watermark(w)),
             Control::Idle(i) => self.broadcast_msg(|| Msg::Idle(i)),
             Control::End => self.broadcast_msg(|| Msg::End),
+            Control::Barrier(id) if unaligned::unaligned_barriers() => self.unaligned_barrier(id),
             Control::Barrier(id) => self.broadcast_msg(|| Msg::Barrier(id)),
             Control::LatencyMarker(m) => {
                 // As Flink: to one channel, in turn, behind the records buffered for it.
@@ -566,8 +713,12 @@ pub enum GateEvent {
     Watermark(Timestamp),
     /// The channel became idle or active.
     Idle(bool),
-    /// A checkpoint barrier arrived.
+    /// A checkpoint barrier arrived in band.
     Barrier(CheckpointId),
+    /// An unaligned barrier arrived on the priority lane: the checkpoint and how many data
+    /// messages of the channel come before it. A data message taken when it was seen
+    /// waits (see [`InputGate::resume`]).
+    Priority(CheckpointId, u64),
     /// The channel ended.
     End,
     /// A latency marker arrived.
@@ -578,6 +729,10 @@ pub enum GateEvent {
 
 /// The consumer side of one logical input of a subtask: its channels and the operator
 /// input they feed. Methods take `&self` so a select can borrow the receivers.
+///
+/// Unaligned checkpoints: the gate counts the data messages it takes per channel; while a
+/// channel's capture is on ([`InputGate::start_capture`]) the records it delivers up to
+/// the capture's limit are also kept as the channel's state.
 pub trait InputGate {
     /// Number of channels.
     fn len(&self) -> usize;
@@ -585,33 +740,105 @@ pub trait InputGate {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Adds channel `ch`'s receiver to a select; returns the select index.
+    /// Adds channel `ch`'s data receiver to a select; returns the select index.
     fn select<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>, ch: usize) -> usize;
-    /// Completes a selected receive on channel `ch` and delivers its records.
+    /// Adds channel `ch`'s priority lane to a select; returns the select index.
+    fn select_priority<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>, ch: usize) -> usize;
+    /// Completes a selected receive on channel `ch`'s data lane and delivers its records;
+    /// when an unaligned barrier is waiting on the channel's priority lane, returns that
+    /// instead and keeps the message for [`InputGate::resume`].
     fn complete(&self, ch: usize, op: SelectedOperation<'_>) -> Result<GateEvent>;
+    /// Completes a selected receive on channel `ch`'s priority lane; `None` when the
+    /// producer let go of the lane (it ended or failed; its data lane says which), after
+    /// which the lane is not to be selected again.
+    fn complete_priority(&self, ch: usize, op: SelectedOperation<'_>) -> Option<GateEvent>;
+    /// An unaligned barrier waiting on channel `ch`'s priority lane, if any.
+    fn poll_priority(&self, ch: usize) -> Option<GateEvent>;
+    /// Delivers the oldest data message taken from channel `ch` and not yet delivered
+    /// (kept back by [`InputGate::complete`] or [`InputGate::drain`]), if any. Such
+    /// messages go before anything read from the channel later.
+    fn resume(&self, ch: usize) -> Result<Option<GateEvent>>;
     /// Sends a control event into the operator input (single-input operators only).
     fn control(&self, event: Control) -> Result<()>;
+    /// Data messages taken from channel `ch` so far.
+    fn taken(&self, ch: usize) -> u64;
+    /// Starts keeping channel `ch`'s records as channel state (after a snapshot), up to
+    /// data message `upto` when known; a running capture only gets its limit (and drops
+    /// what it kept beyond it).
+    fn capture(&self, ch: usize, upto: Option<u64>) -> Result<()>;
+    /// Channel `ch`'s barrier `id` comes in band: [`InputGate::drain`] takes messages up
+    /// to it, and it sets the capture's limit.
+    fn capture_until_barrier(&self, ch: usize, id: CheckpointId);
+    /// Takes what channel `ch` already holds of its capture's messages (up to its limit,
+    /// or up to its in-band barrier) without waiting, keeping them as channel state and
+    /// queueing them for delivery ([`InputGate::resume`]), so that the checkpoint need
+    /// not wait until the operator has processed them.
+    fn drain(&self, ch: usize) -> Result<()>;
+    /// True when channel `ch`'s capture has everything before its barrier.
+    fn capture_done(&self, ch: usize) -> bool;
+    /// Ends every capture and drops what they kept (the checkpoint was given up).
+    fn cancel_captures(&self);
+    /// Ends channel `ch`'s capture and returns its state as an entry of
+    /// [`CHANNEL_STATE_TABLE`] (none when it kept nothing), and its size in bytes.
+    fn channel_state(
+        &self,
+        ch: usize,
+        gate: usize,
+        subtask: usize,
+        parallelism: usize,
+    ) -> Result<Option<(u32, Vec<u8>)>>;
+    /// Replays the channel state of this gate from a checkpoint (the entries of
+    /// [`CHANNEL_STATE_TABLE`]) into the operator input: the records the edge assigns to
+    /// `subtask` of `parallelism`, in order per channel. Returns how many.
+    fn replay(
+        &self,
+        blobs: &[(u32, Vec<u8>)],
+        gate: usize,
+        subtask: usize,
+        parallelism: usize,
+        max_parallelism: usize,
+    ) -> Result<usize>;
 }
 
 struct TypedGate<T> {
-    receivers: Vec<Receiver<Msg<T>>>,
+    ends: Vec<ChannelEnd<T>>,
     input: RefCell<Box<dyn Output<T>>>,
     /// Where the encoded size of delivered records is added (the REST API is on).
     bytes: Option<Arc<std::sync::atomic::AtomicU64>>,
+    partitioning: Partitioning<T>,
+    taken: Vec<std::cell::Cell<u64>>,
+    /// Per channel: messages taken and not delivered yet (number, kept as channel state
+    /// already, message).
+    pending: Vec<RefCell<std::collections::VecDeque<Pending<T>>>>,
+    captures: Vec<RefCell<Option<Capture>>>,
 }
 
-impl<T: Data> InputGate for TypedGate<T> {
-    fn len(&self) -> usize {
-        self.receivers.len()
+type Pending<T> = (u64, bool, Msg<T>);
+
+impl<T: Data> TypedGate<T> {
+    /// Counts a message taken from channel `ch`; returns its number.
+    fn take(&self, ch: usize) -> u64 {
+        let index = self.taken[ch].get() + 1;
+        self.taken[ch].set(index);
+        index
     }
 
-    fn select<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>, ch: usize) -> usize {
-        sel.recv(&self.receivers[ch])
+    /// Keeps message `index` of channel `ch` as channel state if its capture wants it.
+    fn keep(&self, ch: usize, index: u64, msg: &Msg<T>) -> Result<()> {
+        if let (Some(c), Msg::Batch(batch)) = (self.captures[ch].borrow_mut().as_mut(), msg)
+            && c.upto.is_none_or(|u| index <= u)
+        {
+            c.batches.push((index, crate::codec::encode(batch)?));
+        }
+        Ok(())
     }
 
-    fn complete(&self, ch: usize, op: SelectedOperation<'_>) -> Result<GateEvent> {
-        match op.recv(&self.receivers[ch]) {
-            Ok(Msg::Batch(batch)) => {
+    fn process(&self, ch: usize, index: u64, kept: bool, msg: Msg<T>) -> Result<GateEvent> {
+        if !kept {
+            self.keep(ch, index, &msg)?;
+        }
+        Ok(match msg {
+            Msg::Batch(batch) => {
                 let n = batch.len();
                 if let Some(bytes) = &self.bytes {
                     let size: usize = batch.iter().map(|(v, ts)| record_size(v, *ts)).sum();
@@ -621,19 +848,182 @@ impl<T: Data> InputGate for TypedGate<T> {
                 for (v, ts) in batch {
                     input.record(v, ts)?;
                 }
-                Ok(GateEvent::Records(n))
+                GateEvent::Records(n)
             }
-            Ok(Msg::Watermark(w)) => Ok(GateEvent::Watermark(w)),
-            Ok(Msg::Idle(i)) => Ok(GateEvent::Idle(i)),
-            Ok(Msg::End) => Ok(GateEvent::End),
-            Ok(Msg::Barrier(id)) => Ok(GateEvent::Barrier(id)),
-            Ok(Msg::LatencyMarker(m)) => Ok(GateEvent::LatencyMarker(m)),
-            Err(_) => Ok(GateEvent::Disconnected),
+            Msg::Watermark(w) => GateEvent::Watermark(w),
+            Msg::Idle(i) => GateEvent::Idle(i),
+            Msg::End => GateEvent::End,
+            Msg::Barrier(id) => GateEvent::Barrier(id),
+            Msg::LatencyMarker(m) => GateEvent::LatencyMarker(m),
+        })
+    }
+}
+
+impl<T: Data> InputGate for TypedGate<T> {
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn select<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>, ch: usize) -> usize {
+        sel.recv(&self.ends[ch].data)
+    }
+
+    fn select_priority<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>, ch: usize) -> usize {
+        sel.recv(&self.ends[ch].priority)
+    }
+
+    fn complete(&self, ch: usize, op: SelectedOperation<'_>) -> Result<GateEvent> {
+        let msg = match op.recv(&self.ends[ch].data) {
+            Ok(m) => m,
+            Err(_) => return Ok(GateEvent::Disconnected),
+        };
+        let index = self.take(ch);
+        // A barrier put on the priority lane before this message was written is visible
+        // now: it goes first, so no record after it is taken before it is known.
+        if let Some(p) = self.poll_priority(ch) {
+            self.pending[ch].borrow_mut().push_back((index, false, msg));
+            return Ok(p);
         }
+        self.process(ch, index, false, msg)
+    }
+
+    fn complete_priority(&self, ch: usize, op: SelectedOperation<'_>) -> Option<GateEvent> {
+        op.recv(&self.ends[ch].priority)
+            .ok()
+            .map(|(id, upto)| GateEvent::Priority(id, upto))
+    }
+
+    fn poll_priority(&self, ch: usize) -> Option<GateEvent> {
+        self.ends[ch]
+            .priority
+            .try_recv()
+            .ok()
+            .map(|(id, upto)| GateEvent::Priority(id, upto))
+    }
+
+    fn resume(&self, ch: usize) -> Result<Option<GateEvent>> {
+        let next = self.pending[ch].borrow_mut().pop_front();
+        next.map(|(i, kept, m)| self.process(ch, i, kept, m))
+            .transpose()
     }
 
     fn control(&self, event: Control) -> Result<()> {
         self.input.borrow_mut().control(event)
+    }
+
+    fn taken(&self, ch: usize) -> u64 {
+        self.taken[ch].get()
+    }
+
+    fn capture(&self, ch: usize, upto: Option<u64>) -> Result<()> {
+        let fresh = self.captures[ch].borrow().is_none();
+        if fresh {
+            *self.captures[ch].borrow_mut() = Some(Capture::default());
+        }
+        // Taken but not delivered yet: in flight, so state (a fresh capture keeps again
+        // what an earlier checkpoint's kept).
+        for (i, kept, msg) in self.pending[ch].borrow_mut().iter_mut() {
+            if fresh || !*kept {
+                self.keep(ch, *i, msg)?;
+                *kept = true;
+            }
+        }
+        let mut c = self.captures[ch].borrow_mut();
+        let c = c.get_or_insert_with(Capture::default);
+        if let Some(u) = upto
+            && c.upto.is_none()
+        {
+            c.upto = Some(u);
+            c.batches.retain(|(i, _)| *i <= u);
+        }
+        Ok(())
+    }
+
+    fn capture_until_barrier(&self, ch: usize, id: CheckpointId) {
+        let mut c = self.captures[ch].borrow_mut();
+        c.get_or_insert_with(Capture::default).in_band = Some(id);
+    }
+
+    fn drain(&self, ch: usize) -> Result<()> {
+        loop {
+            let want = match self.captures[ch].borrow().as_ref() {
+                Some(c) => match c.upto {
+                    Some(u) => self.taken[ch].get() < u,
+                    None => c.in_band.is_some(),
+                },
+                None => false,
+            };
+            if !want {
+                return Ok(());
+            }
+            let Ok(msg) = self.ends[ch].data.try_recv() else {
+                return Ok(());
+            };
+            let index = self.take(ch);
+            if let Msg::Barrier(id) = &msg
+                && let Some(c) = self.captures[ch].borrow_mut().as_mut()
+                && c.in_band == Some(*id)
+                && c.upto.is_none()
+            {
+                c.upto = Some(index);
+            }
+            self.keep(ch, index, &msg)?;
+            self.pending[ch].borrow_mut().push_back((index, true, msg));
+        }
+    }
+
+    fn capture_done(&self, ch: usize) -> bool {
+        self.captures[ch]
+            .borrow()
+            .as_ref()
+            .is_some_and(|c| c.upto.is_some_and(|u| self.taken[ch].get() >= u))
+    }
+
+    fn cancel_captures(&self) {
+        for c in &self.captures {
+            *c.borrow_mut() = None;
+        }
+    }
+
+    fn channel_state(
+        &self,
+        ch: usize,
+        gate: usize,
+        subtask: usize,
+        parallelism: usize,
+    ) -> Result<Option<(u32, Vec<u8>)>> {
+        let Some(c) = self.captures[ch].borrow_mut().take() else {
+            return Ok(None);
+        };
+        if c.batches.is_empty() {
+            return Ok(None);
+        }
+        unaligned::encode_blob(gate, ch, subtask, parallelism, c.batches).map(Some)
+    }
+
+    fn replay(
+        &self,
+        blobs: &[(u32, Vec<u8>)],
+        gate: usize,
+        subtask: usize,
+        parallelism: usize,
+        max_parallelism: usize,
+    ) -> Result<usize> {
+        let records = unaligned::records_to_replay(
+            &self.partitioning,
+            max_parallelism,
+            blobs,
+            gate,
+            subtask,
+            parallelism,
+        )
+        .map_err(unaligned::bad_state)?;
+        let n = records.len();
+        let mut input = self.input.borrow_mut();
+        for (v, ts) in records {
+            input.record(v, ts)?;
+        }
+        Ok(n)
     }
 }
 

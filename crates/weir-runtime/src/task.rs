@@ -27,6 +27,8 @@ use weir_core::watermark::WatermarkTracker;
 use weir_core::{Error, Result};
 use weir_state::BackendParams;
 
+mod unaligned;
+
 /// Key of a writer: (producer node, port, consumer node, consumer gate).
 pub(crate) type WriterKey = (usize, usize, usize, usize);
 
@@ -350,6 +352,18 @@ impl Checkpoints<'_> {
         alignment: Duration,
         watermark: Option<Timestamp>,
     ) -> Result<()> {
+        let (snapshot, sync) = self.take_snapshot(id, watermark)?;
+        self.ack(id, snapshot, alignment, sync);
+        Ok(())
+    }
+
+    /// Snapshots the task's operators (see `snapshot`) without acknowledging yet; returns
+    /// the snapshot and how long it took.
+    fn take_snapshot(
+        &mut self,
+        id: CheckpointId,
+        watermark: Option<Timestamp>,
+    ) -> Result<(BTreeMap<String, OperatorSnapshot>, Duration)> {
         let t0 = Instant::now();
         let mut snapshot = self.participants.snapshot(id)?;
         if let Some(w) = watermark {
@@ -358,14 +372,24 @@ impl Checkpoints<'_> {
             }
         }
         self.last_snapshot = Some(id);
+        Ok((snapshot, t0.elapsed()))
+    }
+
+    /// Acknowledges checkpoint `id` to the job thread.
+    fn ack(
+        &mut self,
+        id: CheckpointId,
+        snapshot: BTreeMap<String, OperatorSnapshot>,
+        alignment: Duration,
+        sync: Duration,
+    ) {
         let _ = self.spec.events.send(TaskEvent::Ack {
             task: self.spec.index,
             id,
             snapshot,
             alignment,
-            sync: t0.elapsed(),
+            sync,
         });
-        Ok(())
     }
 
     fn on_command(&mut self, cmd: TaskCommand) -> Result<()> {
@@ -409,6 +433,13 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
     let counted = job.status.detailed().then_some(&*metrics);
     let participants = Participants::default();
     let mut writers = std::mem::take(&mut spec.writers);
+    // The in-flight records of an unaligned checkpoint: replayed into the inputs, never
+    // restored as the operator's keyed state.
+    let channel_state = spec
+        .restore
+        .get_mut(&spec.head)
+        .and_then(|r| r.keyed.remove(weir_core::exchange::CHANNEL_STATE_TABLE))
+        .unwrap_or_default();
     let built = Builder {
         job,
         subtask: spec.subtask,
@@ -453,7 +484,7 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
             }
             // Records in are counted per batch and watermarks as they are forwarded.
             let cells = counted.and_then(|m| m.node(spec.head));
-            run_operator(job, gates, control, cells, &mut ck)
+            run_operator(job, gates, control, cells, &mut ck, &channel_state)
         }
     }
 }
@@ -471,6 +502,33 @@ impl Drop for IdleTimer<'_> {
     fn drop(&mut self) {
         self.0.idle(self.1.elapsed());
     }
+}
+
+/// True when checkpoint `id` is the final one: handles the commands waiting first, since
+/// the job thread names the final checkpoint to operator tasks before its barrier leaves
+/// the sources.
+fn final_or_told(
+    commands: &Receiver<TaskCommand>,
+    final_checkpoint: &mut Option<CheckpointId>,
+    ck: &mut Checkpoints<'_>,
+    id: CheckpointId,
+) -> Result<bool> {
+    while let Ok(cmd) = commands.try_recv() {
+        if let TaskCommand::Trigger(f, true) = cmd {
+            *final_checkpoint = Some(f);
+        }
+        ck.on_command(cmd)?;
+    }
+    Ok(final_checkpoint.is_some_and(|f| f == id))
+}
+
+/// True when the job's checkpoints are unaligned from the start (sources inject barriers
+/// on the priority lanes).
+fn unaligned_mode(job: &JobShared) -> bool {
+    job.cfg
+        .checkpoint
+        .as_ref()
+        .is_some_and(|c| c.mode == crate::CheckpointMode::Unaligned)
 }
 
 fn cancelled(ck: &Checkpoints<'_>) -> bool {
@@ -514,7 +572,14 @@ fn run_source(
         if let Some(cmd) = cmd {
             if let TaskCommand::Trigger(id, is_final) = cmd {
                 ck.snapshot(id, Duration::ZERO, None)?;
-                src.control(Control::Barrier(id))?;
+                if unaligned_mode(job) && !is_final {
+                    // Ahead of the records queued in the channels.
+                    weir_core::exchange::with_unaligned_barriers(|| {
+                        src.control(Control::Barrier(id))
+                    })?;
+                } else {
+                    src.control(Control::Barrier(id))?;
+                }
                 // Only the final checkpoint (requested once every source finished) ends a
                 // finished source: earlier ones still need every source to acknowledge.
                 if finished && is_final {
@@ -664,6 +729,27 @@ impl Aligner {
         self.check(ended)
     }
 
+    /// Checkpoint `id` goes on unaligned (its alignment timed out, or an unaligned barrier
+    /// of it or a newer one came): alignment ends, every channel is read again. Returns the
+    /// channels whose barrier `id` had already arrived in band.
+    fn switch(&mut self, id: CheckpointId) -> Vec<bool> {
+        let same = self.pending.is_some_and(|(p, _)| p == id);
+        let arrived = if same {
+            self.arrived.clone()
+        } else {
+            vec![false; self.arrived.len()]
+        };
+        self.pending = None;
+        self.arrived.iter_mut().for_each(|a| *a = false);
+        self.last = Some(self.last.map_or(id, |l| l.max(id)));
+        arrived
+    }
+
+    /// The checkpoint being aligned and when its first barrier came.
+    fn pending(&self) -> Option<(CheckpointId, Instant)> {
+        self.pending
+    }
+
     fn on_abort(&mut self, id: CheckpointId) {
         if self.pending.is_some_and(|(p, _)| p == id) {
             self.pending = None;
@@ -678,6 +764,7 @@ fn run_operator(
     control: Option<Box<dyn ControlSink>>,
     cells: Option<&crate::status::NodeCells>,
     ck: &mut Checkpoints<'_>,
+    channel_state: &[(u32, Vec<u8>)],
 ) -> Result<u64> {
     let exactly_once = job.cfg.checkpoint.as_ref().is_none_or(|c| c.exactly_once);
     let mut target = Watched {
@@ -709,7 +796,17 @@ fn run_operator(
         tracker.resume_at(w);
     }
     let mut aligner = Aligner::new(channels.len(), exactly_once);
+    let mode = job
+        .cfg
+        .checkpoint
+        .as_ref()
+        .map_or(crate::CheckpointMode::Aligned, |c| c.mode);
+    let mut unaligned = unaligned::Unaligned::default();
+    let head_operator = job.graph.nodes[ck.spec.head].operator_id();
+    let parallelism = job.plan.parallelism[ck.spec.head];
     let mut ended = vec![false; channels.len()];
+    // Channels whose producer let go of the priority lane.
+    let mut no_priority = vec![false; channels.len()];
     let mut open = channels.len();
     let mut idle = false;
     let mut records = 0u64;
@@ -719,7 +816,25 @@ fn run_operator(
     if let Some(w) = restored {
         target.send(Control::Watermark(w))?;
     }
+    // The records that were in flight at an unaligned checkpoint come before any new one.
+    let replayed = unaligned::replay(
+        &gates,
+        channel_state,
+        ck.spec.subtask,
+        parallelism,
+        job.cfg.max_parallelism,
+    )?;
+    if replayed > 0 {
+        tracing::info!(
+            records = replayed,
+            "replayed the in-flight records of the restored unaligned checkpoint"
+        );
+        records += replayed as u64;
+    }
     let commands = ck.spec.commands.clone();
+    let mut events: Vec<(usize, GateEvent)> = Vec::new();
+    // The final checkpoint, once the job thread said which it is.
+    let mut final_checkpoint: Option<CheckpointId> = None;
     while open > 0 {
         if cancelled(ck) {
             return Err(Error::Cancelled);
@@ -728,13 +843,44 @@ fn run_operator(
             Gate(usize, GateEvent),
             Command(TaskCommand),
         }
-        let got = {
+        // Unaligned barriers first, then the messages taken when one was seen.
+        events.clear();
+        if mode != crate::CheckpointMode::Aligned {
+            for (flat, &(g, c)) in channels.iter().enumerate() {
+                if ended[flat] {
+                    continue;
+                }
+                while let Some(e) = gates[g].poll_priority(c) {
+                    events.push((flat, e));
+                }
+            }
+            // Messages kept back go after the barriers just seen are handled.
+            for (flat, &(g, c)) in channels.iter().enumerate() {
+                if events.is_empty()
+                    && !ended[flat]
+                    && !aligner.blocked(flat)
+                    && let Some(e) = gates[g].resume(c)?
+                {
+                    events.push((flat, e));
+                }
+            }
+        }
+        let mut got_command = None;
+        if events.is_empty() {
             let mut sel = Select::new();
             let mut index = Vec::with_capacity(channels.len());
             for (flat, &(g, c)) in channels.iter().enumerate() {
                 if !ended[flat] && !aligner.blocked(flat) {
                     gates[g].select(&mut sel, c);
-                    index.push(flat);
+                    index.push((flat, false));
+                }
+            }
+            if mode != crate::CheckpointMode::Aligned {
+                for (flat, &(g, c)) in channels.iter().enumerate() {
+                    if !ended[flat] && !no_priority[flat] {
+                        gates[g].select_priority(&mut sel, c);
+                        index.push((flat, true));
+                    }
                 }
             }
             let cmd_index = sel.recv(&commands);
@@ -743,73 +889,166 @@ fn run_operator(
             drop(waited);
             match selected {
                 Ok(op) if op.index() == cmd_index => match op.recv(&commands) {
-                    Ok(cmd) => Some(Got::Command(cmd)),
+                    Ok(cmd) => got_command = Some(Got::Command(cmd)),
                     Err(_) => return Err(Error::Cancelled),
                 },
                 Ok(op) => {
-                    let flat = index[op.index()];
+                    let (flat, priority) = index[op.index()];
                     let (g, c) = channels[flat];
-                    Some(Got::Gate(flat, gates[g].complete(c, op)?))
+                    if priority {
+                        match gates[g].complete_priority(c, op) {
+                            Some(e) => events.push((flat, e)),
+                            None => no_priority[flat] = true,
+                        }
+                    } else {
+                        events.push((flat, gates[g].complete(c, op)?));
+                    }
                 }
-                Err(_) => None,
+                Err(_) => {}
             }
-        };
+        }
         let mut aligned = Aligned::Wait;
-        match got {
-            Some(Got::Command(cmd)) => {
-                if let TaskCommand::Abort(id) = cmd {
-                    aligner.on_abort(id);
+        let mut got: Vec<Got> = events.drain(..).map(|(f, e)| Got::Gate(f, e)).collect();
+        got.extend(got_command);
+        for got in got {
+            match got {
+                Got::Command(cmd) => {
+                    if let TaskCommand::Trigger(id, true) = cmd {
+                        final_checkpoint = Some(id);
+                    }
+                    if let TaskCommand::Abort(id) = cmd {
+                        aligner.on_abort(id);
+                        if unaligned.collecting.as_ref().is_some_and(|c| c.id == id) {
+                            let inputs = unaligned::Inputs {
+                                gates: &gates,
+                                channels: &channels,
+                                ended: &ended,
+                                subtask: ck.spec.subtask,
+                                parallelism,
+                            };
+                            unaligned.cancel(&inputs);
+                        }
+                    }
+                    ck.on_command(cmd)?;
                 }
-                ck.on_command(cmd)?;
+                Got::Gate(flat, event) => {
+                    // An unaligned barrier: its checkpoint, and the data messages before it
+                    // (None for one that came in band).
+                    let mut barrier: Option<(CheckpointId, Option<u64>)> = None;
+                    match event {
+                        GateEvent::Records(n) => {
+                            records += n as u64;
+                            ck.spec.progress.store(records, Ordering::Relaxed);
+                            if let Some(c) = cells {
+                                c.records_in[channels[flat].0]
+                                    .fetch_add(n as u64, Ordering::Relaxed);
+                            }
+                            tracker.on_record(flat);
+                        }
+                        GateEvent::Watermark(w) => {
+                            if let Some(wm) = tracker.on_watermark(flat, w) {
+                                target.send(Control::Watermark(wm))?;
+                            }
+                        }
+                        GateEvent::Idle(i) => {
+                            if let Some(wm) = tracker.on_idle(flat, i) {
+                                target.send(Control::Watermark(wm))?;
+                            }
+                        }
+                        GateEvent::Priority(id, upto) => barrier = Some((id, Some(upto))),
+                        // In band: an aligned barrier (the final checkpoint's, in the
+                        // unaligned mode), or one of a checkpoint that went on unaligned.
+                        GateEvent::Barrier(id)
+                            if unaligned.collecting.as_ref().is_some_and(|c| c.id == id) =>
+                        {
+                            barrier = Some((id, None))
+                        }
+                        GateEvent::Barrier(id) => {
+                            if !unaligned.is_stale(id) {
+                                aligned = aligner.on_barrier(flat, id, &ended)
+                            }
+                        }
+                        // Passed on as it came: no watermark, alignment or record count.
+                        GateEvent::LatencyMarker(m) => target.send(Control::LatencyMarker(m))?,
+                        GateEvent::End => {
+                            ended[flat] = true;
+                            open -= 1;
+                            if let Some(wm) = tracker.on_end(flat) {
+                                target.send(Control::Watermark(wm))?;
+                            }
+                            aligned = aligner.check(&ended);
+                        }
+                        GateEvent::Disconnected => {
+                            return Err(Error::ChannelClosed(
+                                "an upstream subtask stopped without finishing".into(),
+                            ));
+                        }
+                    }
+                    let inputs = unaligned::Inputs {
+                        gates: &gates,
+                        channels: &channels,
+                        ended: &ended,
+                        subtask: ck.spec.subtask,
+                        parallelism,
+                    };
+                    if let Some((id, upto)) = barrier {
+                        let current = unaligned.collecting.as_ref().is_some_and(|c| c.id == id);
+                        let stale = unaligned.is_stale(id) || aligner.last.is_some_and(|l| id <= l);
+                        if !current && !stale {
+                            // The first barrier of `id` at this task: snapshot now, and
+                            // send the barrier on ahead of the queued records.
+                            let arrived = aligner.switch(id);
+                            let in_band = mode != crate::CheckpointMode::Unaligned;
+                            unaligned.start(
+                                ck,
+                                &inputs,
+                                id,
+                                tracker.current(),
+                                &arrived,
+                                in_band,
+                            )?;
+                            weir_core::exchange::with_unaligned_barriers(|| {
+                                target.send(Control::Barrier(id))
+                            })?;
+                        }
+                        if current || !stale {
+                            unaligned.barrier(&inputs, flat, upto)?;
+                        }
+                    }
+                    unaligned.drain(&inputs)?;
+                    unaligned.finish_if_done(ck, &inputs, &head_operator, tracker.current())?;
+                    let now_idle = tracker.all_idle();
+                    if now_idle != idle {
+                        idle = now_idle;
+                        target.send(Control::Idle(idle))?;
+                    }
+                }
             }
-            Some(Got::Gate(flat, event)) => {
-                match event {
-                    GateEvent::Records(n) => {
-                        records += n as u64;
-                        ck.spec.progress.store(records, Ordering::Relaxed);
-                        if let Some(c) = cells {
-                            c.records_in[channels[flat].0].fetch_add(n as u64, Ordering::Relaxed);
-                        }
-                        tracker.on_record(flat);
-                    }
-                    GateEvent::Watermark(w) => {
-                        if let Some(wm) = tracker.on_watermark(flat, w) {
-                            target.send(Control::Watermark(wm))?;
-                        }
-                    }
-                    GateEvent::Idle(i) => {
-                        if let Some(wm) = tracker.on_idle(flat, i) {
-                            target.send(Control::Watermark(wm))?;
-                        }
-                    }
-                    GateEvent::Barrier(id) => aligned = aligner.on_barrier(flat, id, &ended),
-                    // Passed on as it came: no watermark, alignment or record count.
-                    GateEvent::LatencyMarker(m) => target.send(Control::LatencyMarker(m))?,
-                    GateEvent::End => {
-                        ended[flat] = true;
-                        open -= 1;
-                        if let Some(wm) = tracker.on_end(flat) {
-                            target.send(Control::Watermark(wm))?;
-                        }
-                        aligned = aligner.check(&ended);
-                    }
-                    GateEvent::Disconnected => {
-                        return Err(Error::ChannelClosed(
-                            "an upstream subtask stopped without finishing".into(),
-                        ));
-                    }
-                }
-                let now_idle = tracker.all_idle();
-                if now_idle != idle {
-                    idle = now_idle;
-                    target.send(Control::Idle(idle))?;
-                }
-            }
-            None => {}
         }
         if let Aligned::Complete(id, alignment) = aligned {
             ck.snapshot(id, alignment, Some(tracker.current()))?;
             target.send(Control::Barrier(id))?;
+        }
+        // Aligned with a timeout: an alignment that has taken too long goes on unaligned
+        // (not the final checkpoint's: the sinks commit everything at it).
+        if let crate::CheckpointMode::AlignedTimeout(limit) = mode
+            && let Some((id, started)) = aligner.pending()
+            && started.elapsed() >= limit
+            && !final_or_told(&commands, &mut final_checkpoint, ck, id)?
+        {
+            tracing::debug!(checkpoint = %id, "alignment timed out: the checkpoint goes on unaligned");
+            let inputs = unaligned::Inputs {
+                gates: &gates,
+                channels: &channels,
+                ended: &ended,
+                subtask: ck.spec.subtask,
+                parallelism,
+            };
+            let arrived = aligner.switch(id);
+            unaligned.start(ck, &inputs, id, tracker.current(), &arrived, true)?;
+            weir_core::exchange::with_unaligned_barriers(|| target.send(Control::Barrier(id)))?;
+            unaligned.drain(&inputs)?;
+            unaligned.finish_if_done(ck, &inputs, &head_operator, tracker.current())?;
         }
         let now = now_ms();
         if now != last_tick {

@@ -234,6 +234,13 @@ pub(super) fn run_attempt(
                     spans.insert(id, span);
                     job.status.checkpoint_triggered(id, kind);
                     let is_final = kind == CheckpointKind::Final;
+                    if is_final {
+                        // The final checkpoint is aligned in every mode (the sinks commit
+                        // everything at it): operator tasks hear of it before its barrier.
+                        for t in running.iter().filter(|t| !t.is_source) {
+                            t.commands.send(TaskCommand::Trigger(id, true));
+                        }
+                    }
                     for k in sources {
                         running[by_key[&k]]
                             .commands

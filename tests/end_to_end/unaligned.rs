@@ -1,0 +1,285 @@
+//! Unaligned checkpoints and aligned checkpoints with a timeout, as a user runs them: a
+//! keyed job whose sink is slow, so every channel upstream of it is full. The barriers
+//! overtake the queued records, which are stored with the checkpoint (channel state) and
+//! replayed on restore; the sink commits exactly once through a failure.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use weir::ids::CheckpointId;
+use weir::prelude::*;
+use weir_tests::join_within;
+
+const KEYS: u64 = 8;
+
+/// Emits `(key, 1)` for record numbers `subtask, subtask + parallelism, ...` below `n`,
+/// a few per poll; its position is checkpointed.
+struct Numbers {
+    next: u64,
+    n: u64,
+    step: u64,
+}
+
+impl SourceFunction<(u64, i64)> for Numbers {
+    fn restore(&mut self, states: &[Vec<u8>], ctx: &SourceContext) -> weir::Result<()> {
+        // Parallelism 1 throughout these tests: the one position.
+        assert_eq!(ctx.parallelism, 1);
+        if let Some(s) = states.first() {
+            self.next = u64::from_le_bytes(s[..8].try_into().unwrap());
+        }
+        Ok(())
+    }
+    fn poll(&mut self, out: &mut SourceOutput<'_, (u64, i64)>) -> weir::Result<SourceStatus> {
+        for _ in 0..16 {
+            if self.next >= self.n {
+                return Ok(SourceStatus::Finished);
+            }
+            out.emit((self.next % KEYS, 1))?;
+            self.next += self.step;
+        }
+        Ok(SourceStatus::More)
+    }
+    fn snapshot(&mut self) -> weir::Result<Option<(Vec<u8>, String)>> {
+        Ok(Some((
+            self.next.to_le_bytes().to_vec(),
+            format!("next {}", self.next),
+        )))
+    }
+}
+
+/// What the transactional test sink committed, per (old subtask, checkpoint): committing
+/// the same pre-commit twice (a restore after the notification) is a no-op.
+#[derive(Clone, Default)]
+struct Committed {
+    by_txn: Arc<Mutex<BTreeMap<(usize, u64), Vec<(u64, i64)>>>>,
+    /// Records the sink was given, over all attempts (the failure fires on this).
+    invoked: Arc<AtomicU64>,
+}
+
+impl Committed {
+    /// Everything committed, in commit order per key.
+    fn per_key(&self) -> BTreeMap<u64, Vec<i64>> {
+        let mut m: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
+        for ((_, _), records) in self.by_txn.lock().unwrap().iter() {
+            for (k, v) in records {
+                m.entry(*k).or_default().push(*v);
+            }
+        }
+        // Transactions of one subtask commit in checkpoint order (the map's order); the
+        // sink runs with parallelism 1.
+        m
+    }
+}
+
+/// A two-phase sink: records of a checkpoint are pre-committed at its barrier (kept in
+/// the snapshot) and committed when the checkpoint completes, or on restore. It sleeps
+/// `delay` per record (a slow database) and fails once after `fail_after` records.
+struct TwoPhase {
+    out: Committed,
+    subtask: usize,
+    open: Vec<(u64, i64)>,
+    pre: Vec<(u64, Vec<(u64, i64)>)>,
+    delay: Duration,
+    fail_after: Option<(u64, Arc<AtomicBool>)>,
+}
+
+impl TwoPhase {
+    fn commit(&self, subtask: usize, id: u64, records: &[(u64, i64)]) {
+        self.out
+            .by_txn
+            .lock()
+            .unwrap()
+            .entry((subtask, id))
+            .or_insert_with(|| records.to_vec());
+    }
+}
+
+impl SinkFunction<(u64, i64)> for TwoPhase {
+    fn restore(
+        &mut self,
+        _checkpoint: CheckpointId,
+        states: &[Vec<u8>],
+        _ctx: &SinkContext,
+    ) -> weir::Result<()> {
+        for s in states {
+            let (subtask, pre): (usize, Vec<(u64, Vec<(u64, i64)>)>) = weir::codec::decode(s)?;
+            for (id, records) in pre {
+                self.commit(subtask, id, &records);
+            }
+        }
+        Ok(())
+    }
+    fn open(&mut self, ctx: &SinkContext) -> weir::Result<()> {
+        self.subtask = ctx.subtask;
+        Ok(())
+    }
+    fn invoke(&mut self, value: (u64, i64), _ts: Timestamp) -> weir::Result<()> {
+        std::thread::sleep(self.delay);
+        let seen = self.out.invoked.fetch_add(1, Ordering::SeqCst) + 1;
+        if let Some((after, fired)) = &self.fail_after
+            && seen >= *after
+            && !fired.swap(true, Ordering::SeqCst)
+        {
+            return Err(weir::Error::User("injected failure".into()));
+        }
+        self.open.push(value);
+        Ok(())
+    }
+    fn snapshot(&mut self, checkpoint: CheckpointId) -> weir::Result<Option<(Vec<u8>, String)>> {
+        self.pre
+            .push((checkpoint.0, std::mem::take(&mut self.open)));
+        let bytes = weir::codec::encode(&(self.subtask, &self.pre))?;
+        Ok(Some((bytes, format!("{} pre-committed", self.pre.len()))))
+    }
+    fn notify_complete(&mut self, checkpoint: CheckpointId) -> weir::Result<()> {
+        let (done, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pre)
+            .into_iter()
+            .partition(|(id, _)| *id <= checkpoint.0);
+        for (id, records) in done {
+            self.commit(self.subtask, id, &records);
+        }
+        self.pre = keep;
+        Ok(())
+    }
+}
+
+/// The stats of every checkpoint kept in `dir`.
+fn manifests(dir: &std::path::Path) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path().join("_metadata");
+        if let Ok(bytes) = std::fs::read(&p) {
+            out.push(serde_json::from_slice(&bytes).unwrap());
+        }
+    }
+    out
+}
+
+struct Run {
+    committed: Committed,
+    manifests: Vec<serde_json::Value>,
+    result: JobResult,
+}
+
+/// Runs `n` records through a keyed running sum into the slow two-phase sink.
+fn run(mode: CheckpointMode, n: u64, parallelism: usize, fail_after: Option<u64>) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ck = CheckpointConfig::new(dir.path())
+        .interval(Duration::from_millis(30))
+        .mode(mode);
+    ck.retain = 10_000;
+    ck.restart = weir::RestartStrategy::FixedDelay(weir::FixedDelay {
+        attempts: 3,
+        delay: Duration::from_millis(10),
+    });
+    let env = Env::new()
+        .parallelism(parallelism)
+        .exchange(8, 4)
+        .checkpoints(ck);
+    let committed = Committed::default();
+    let out = committed.clone();
+    let fired = Arc::new(AtomicBool::new(false));
+    env.source("numbers", move |_| Numbers {
+        next: 0,
+        n,
+        step: 1,
+    })
+    .uid("numbers")
+    .parallelism(1)
+    .key_by(|(k, _)| *k)
+    .reduce(|a, b| (a.0, a.1 + b.1))
+    .uid("sum")
+    .sink("slow", move || TwoPhase {
+        out: out.clone(),
+        subtask: 0,
+        open: Vec::new(),
+        pre: Vec::new(),
+        delay: Duration::from_micros(300),
+        fail_after: fail_after.map(|f| (f, fired.clone())),
+    })
+    .uid("slow")
+    .parallelism(1);
+    let result = join_within(
+        env.execute_async("unaligned").unwrap(),
+        Duration::from_secs(120),
+    )
+    .unwrap();
+    Run {
+        committed,
+        manifests: manifests(dir.path()),
+        result,
+    }
+}
+
+/// Every key's running sums, 1 to n / KEYS, each exactly once and in order.
+fn assert_exact(committed: &Committed, n: u64) {
+    let per_key = committed.per_key();
+    assert_eq!(per_key.len() as u64, KEYS);
+    for (k, sums) in per_key {
+        let want: Vec<i64> = (1..=(n / KEYS) as i64).collect();
+        assert_eq!(sums, want, "key {k}: running sums, each exactly once");
+    }
+}
+
+fn with_channel_state(manifests: &[serde_json::Value]) -> usize {
+    manifests
+        .iter()
+        .filter(|m| m["stats"]["channel_state_bytes"].as_u64().unwrap_or(0) > 0)
+        .count()
+}
+
+/// Under backpressure the barrier overtakes the records queued for the slow sink: the
+/// checkpoints complete with those records as channel state, and the output is exact.
+#[test]
+fn unaligned_checkpoints_store_the_records_queued_before_a_slow_sink() {
+    let n = 4_000;
+    let r = run(CheckpointMode::Unaligned, n, 2, None);
+    assert_exact(&r.committed, n);
+    assert!(r.result.checkpoints_completed >= 2, "{:?}", r.result);
+    assert!(
+        with_channel_state(&r.manifests) >= 1,
+        "some checkpoint holds in-flight records: {:?}",
+        r.manifests.iter().map(|m| &m["stats"]).collect::<Vec<_>>()
+    );
+    assert!(
+        r.manifests
+            .iter()
+            .all(|m| m["stats"]["unaligned"] == true || m["kind"] != "checkpoint"),
+        "every checkpoint was taken unaligned"
+    );
+    // An aligned run keeps no in-flight records.
+    let aligned = run(CheckpointMode::Aligned, 1_000, 2, None);
+    assert_exact(&aligned.committed, 1_000);
+    assert_eq!(with_channel_state(&aligned.manifests), 0);
+}
+
+/// The sink fails half-way; the job restarts from the last unaligned checkpoint, replays
+/// its in-flight records before new input, and every key's running sums come out once.
+#[test]
+fn a_failure_restores_the_in_flight_records_exactly_once() {
+    let n = 4_000;
+    let r = run(CheckpointMode::Unaligned, n, 2, Some(n / 2));
+    assert_eq!(r.result.restarts, 1);
+    assert_exact(&r.committed, n);
+    assert!(with_channel_state(&r.manifests) >= 1);
+}
+
+/// Aligned with a short timeout: alignment behind the slow sink takes longer, so the
+/// checkpoints go on unaligned and store channel state; exactly once through a failure.
+#[test]
+fn an_alignment_that_times_out_goes_on_unaligned() {
+    let n = 4_000;
+    let r = run(
+        CheckpointMode::AlignedTimeout(Duration::from_millis(5)),
+        n,
+        2,
+        Some(n / 2),
+    );
+    assert_eq!(r.result.restarts, 1);
+    assert_exact(&r.committed, n);
+    assert!(
+        r.manifests.iter().any(|m| m["stats"]["unaligned"] == true),
+        "some alignment timed out"
+    );
+}
