@@ -1029,3 +1029,5 @@ impl<T: Data> InputGate for TypedGate<T> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod unaligned_tests;
