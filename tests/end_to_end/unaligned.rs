@@ -162,10 +162,10 @@ struct Run {
     result: JobResult,
 }
 
-/// Runs `n` records through a keyed running sum into the slow two-phase sink.
-fn run(mode: CheckpointMode, n: u64, parallelism: usize, fail_after: Option<u64>) -> Run {
-    let dir = tempfile::tempdir().unwrap();
-    let mut ck = CheckpointConfig::new(dir.path())
+/// The checkpoint configuration of these tests: every 30 ms, all checkpoints kept, a few
+/// quick restarts.
+fn checkpoints(dir: &std::path::Path, mode: CheckpointMode) -> CheckpointConfig {
+    let mut ck = CheckpointConfig::new(dir)
         .interval(Duration::from_millis(30))
         .mode(mode);
     ck.retain = 10_000;
@@ -173,12 +173,11 @@ fn run(mode: CheckpointMode, n: u64, parallelism: usize, fail_after: Option<u64>
         attempts: 3,
         delay: Duration::from_millis(10),
     });
-    let env = Env::new()
-        .parallelism(parallelism)
-        .exchange(8, 4)
-        .checkpoints(ck);
-    let committed = Committed::default();
-    let out = committed.clone();
+    ck
+}
+
+/// `n` records through a keyed running sum into the slow two-phase sink.
+fn pipeline(env: &Env, n: u64, out: Committed, fail_after: Option<u64>) {
     let fired = Arc::new(AtomicBool::new(false));
     env.source("numbers", move |_| Numbers {
         next: 0,
@@ -200,11 +199,29 @@ fn run(mode: CheckpointMode, n: u64, parallelism: usize, fail_after: Option<u64>
     })
     .uid("slow")
     .parallelism(1);
-    let result = join_within(
-        env.execute_async("unaligned").unwrap(),
-        Duration::from_secs(120),
-    )
-    .unwrap();
+}
+
+/// Runs `pipeline` with the sum at `parallelism` on checkpoints in `dir`.
+fn run_in(
+    dir: &std::path::Path,
+    mode: CheckpointMode,
+    n: u64,
+    parallelism: usize,
+    fail_after: Option<u64>,
+    committed: &Committed,
+) -> weir::Result<JobResult> {
+    let env = Env::new()
+        .parallelism(parallelism)
+        .exchange(8, 4)
+        .checkpoints(checkpoints(dir, mode));
+    pipeline(&env, n, committed.clone(), fail_after);
+    join_within(env.execute_async("unaligned")?, Duration::from_secs(120))
+}
+
+fn run(mode: CheckpointMode, n: u64, parallelism: usize, fail_after: Option<u64>) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let committed = Committed::default();
+    let result = run_in(dir.path(), mode, n, parallelism, fail_after, &committed).unwrap();
     Run {
         committed,
         manifests: manifests(dir.path()),
@@ -282,4 +299,114 @@ fn an_alignment_that_times_out_goes_on_unaligned() {
         r.manifests.iter().any(|m| m["stats"]["unaligned"] == true),
         "some alignment timed out"
     );
+}
+
+/// The job fails for good half-way (no restarts left), and a new run at parallelism 3
+/// resumes from its last unaligned checkpoint: the in-flight records of the keyed exchange
+/// go to the subtasks that own their key groups now, and every key's running sums still
+/// come out exactly once, in order.
+#[test]
+fn in_flight_records_are_redistributed_by_key_group_when_resuming_at_another_parallelism() {
+    let n = 4_000;
+    let dir = tempfile::tempdir().unwrap();
+    let committed = Committed::default();
+    let mut ck = checkpoints(dir.path(), CheckpointMode::Unaligned);
+    ck.restart = weir::RestartStrategy::None;
+    let env = Env::new().parallelism(2).exchange(8, 4).checkpoints(ck);
+    pipeline(&env, n, committed.clone(), Some(n / 2));
+    let e = join_within(
+        env.execute_async("unaligned").unwrap(),
+        Duration::from_secs(120),
+    )
+    .expect_err("the injected failure ends the first run");
+    assert!(e.to_string().contains("injected failure"), "{e}");
+    assert!(with_channel_state(&manifests(dir.path())) >= 1);
+    let r = run_in(
+        dir.path(),
+        CheckpointMode::Unaligned,
+        n,
+        3,
+        None,
+        &committed,
+    )
+    .unwrap();
+    assert_eq!(r.restarts, 0);
+    assert_exact(&committed, n);
+}
+
+/// A two-input operator (a keyed connect of two sources) under unaligned checkpoints: the
+/// channel state of both inputs is captured and replayed, exactly once through a failure.
+#[test]
+fn a_two_input_operator_restores_the_in_flight_records_of_both_inputs() {
+    struct Both;
+    impl CoProcessFunction<u64, (u64, i64), (u64, i64), (u64, i64)> for Both {
+        fn open(&mut self, _state: &mut StateContext<u64>) -> weir::Result<()> {
+            Ok(())
+        }
+        fn process1(
+            &mut self,
+            v: (u64, i64),
+            ctx: &mut CoContext<'_, u64, (u64, i64)>,
+        ) -> weir::Result<()> {
+            ctx.emit(v);
+            Ok(())
+        }
+        fn process2(
+            &mut self,
+            v: (u64, i64),
+            ctx: &mut CoContext<'_, u64, (u64, i64)>,
+        ) -> weir::Result<()> {
+            ctx.emit((v.0 + KEYS, v.1));
+            Ok(())
+        }
+    }
+    let n = 2_000;
+    let dir = tempfile::tempdir().unwrap();
+    let committed = Committed::default();
+    let env = Env::new()
+        .parallelism(2)
+        .exchange(8, 4)
+        .checkpoints(checkpoints(dir.path(), CheckpointMode::Unaligned));
+    let numbers = |env: &Env, name: &str| {
+        env.source(name, move |_| Numbers {
+            next: 0,
+            n,
+            step: 1,
+        })
+        .uid(name)
+        .parallelism(1)
+    };
+    let a = numbers(&env, "a").key_by(|(k, _)| *k);
+    let b = numbers(&env, "b").key_by(|(k, _)| *k);
+    let fired = Arc::new(AtomicBool::new(false));
+    let out = committed.clone();
+    a.connect(&b)
+        .process(|| Both)
+        .uid("both")
+        .key_by(|(k, _)| *k)
+        .reduce(|x, y| (x.0, x.1 + y.1))
+        .uid("sum")
+        .sink("slow", move || TwoPhase {
+            out: out.clone(),
+            subtask: 0,
+            open: Vec::new(),
+            pre: Vec::new(),
+            delay: Duration::from_micros(300),
+            fail_after: Some((n, fired.clone())),
+        })
+        .uid("slow")
+        .parallelism(1);
+    let r = join_within(
+        env.execute_async("two-inputs").unwrap(),
+        Duration::from_secs(120),
+    )
+    .unwrap();
+    assert_eq!(r.restarts, 1);
+    let per_key = committed.per_key();
+    assert_eq!(per_key.len() as u64, 2 * KEYS);
+    for (k, sums) in per_key {
+        let want: Vec<i64> = (1..=(n / KEYS) as i64).collect();
+        assert_eq!(sums, want, "key {k}: running sums, each exactly once");
+    }
+    assert!(with_channel_state(&manifests(dir.path())) >= 1);
 }
