@@ -410,3 +410,47 @@ fn a_two_input_operator_restores_the_in_flight_records_of_both_inputs() {
     }
     assert!(with_channel_state(&manifests(dir.path())) >= 1);
 }
+
+/// Two workers of a cluster run the slow keyed job with unaligned checkpoints: the sum's
+/// subtasks and the sink run on different workers, so the barriers overtake records
+/// queued on the TCP exchange, and the output is exact.
+#[test]
+fn a_cluster_takes_unaligned_checkpoints_across_the_tcp_exchange() {
+    use weir::cluster::{ClusterConfig, join};
+    let n = 3_000;
+    let dir = tempfile::tempdir().unwrap();
+    let address = crate::cluster::free_address();
+    let committed = Committed::default();
+    let coordinator = Env::new()
+        .parallelism(2)
+        .exchange(8, 4)
+        .checkpoints(checkpoints(dir.path(), CheckpointMode::Unaligned))
+        .cluster(ClusterConfig::coordinator(&address, 2, vec![]));
+    pipeline(&coordinator, n, committed.clone(), None);
+    let coordinator = coordinator.execute_async("unaligned").unwrap();
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let (address, out, dir) = (address.clone(), committed.clone(), dir.path().to_owned());
+            std::thread::spawn(move || {
+                let joined = join(&address, 2, Duration::from_secs(30)).expect("join");
+                let env = Env::new()
+                    .parallelism(2)
+                    .exchange(8, 4)
+                    .checkpoints(checkpoints(&dir, CheckpointMode::Unaligned))
+                    .cluster(ClusterConfig::worker(joined));
+                pipeline(&env, n, out, None);
+                env.execute("unaligned").expect("the worker's share")
+            })
+        })
+        .collect();
+    let r = join_within(coordinator, Duration::from_secs(120)).expect("the cluster job");
+    for w in workers {
+        w.join().expect("worker thread");
+    }
+    assert_exact(&committed, n);
+    assert!(r.checkpoints_completed >= 2, "{r:?}");
+    assert!(
+        with_channel_state(&manifests(dir.path())) >= 1,
+        "some checkpoint holds in-flight records"
+    );
+}
