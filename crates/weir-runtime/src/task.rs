@@ -832,16 +832,17 @@ fn run_operator(
         records += replayed as u64;
     }
     let commands = ck.spec.commands.clone();
+    enum Got {
+        Gate(usize, GateEvent),
+        Command(TaskCommand),
+    }
     let mut events: Vec<(usize, GateEvent)> = Vec::new();
+    let mut gots: Vec<Got> = Vec::new();
     // The final checkpoint, once the job thread said which it is.
     let mut final_checkpoint: Option<CheckpointId> = None;
     while open > 0 {
         if cancelled(ck) {
             return Err(Error::Cancelled);
-        }
-        enum Got {
-            Gate(usize, GateEvent),
-            Command(TaskCommand),
         }
         // Unaligned barriers first, then the messages taken when one was seen.
         events.clear();
@@ -908,9 +909,9 @@ fn run_operator(
             }
         }
         let mut aligned = Aligned::Wait;
-        let mut got: Vec<Got> = events.drain(..).map(|(f, e)| Got::Gate(f, e)).collect();
-        got.extend(got_command);
-        for got in got {
+        gots.extend(events.drain(..).map(|(f, e)| Got::Gate(f, e)));
+        gots.extend(got_command);
+        for got in gots.drain(..) {
             match got {
                 Got::Command(cmd) => {
                     if let TaskCommand::Trigger(id, true) = cmd {
