@@ -13,6 +13,13 @@ use weir_tests::join_within;
 
 const KEYS: u64 = 8;
 
+/// A record: (key, value).
+type Rec = (u64, i64);
+/// A pre-committed transaction: its checkpoint and records.
+type Txn = (u64, Vec<Rec>);
+/// Committed transactions by (sink subtask, checkpoint).
+type Commits = BTreeMap<(usize, u64), Vec<Rec>>;
+
 /// Emits `(key, 1)` for record numbers `subtask, subtask + parallelism, ...` below `n`,
 /// a few per poll; its position is checkpointed.
 struct Numbers {
@@ -52,7 +59,7 @@ impl SourceFunction<(u64, i64)> for Numbers {
 /// the same pre-commit twice (a restore after the notification) is a no-op.
 #[derive(Clone, Default)]
 struct Committed {
-    by_txn: Arc<Mutex<BTreeMap<(usize, u64), Vec<(u64, i64)>>>>,
+    by_txn: Arc<Mutex<Commits>>,
     /// Records the sink was given, over all attempts (the failure fires on this).
     invoked: Arc<AtomicU64>,
 }
@@ -103,7 +110,7 @@ impl SinkFunction<(u64, i64)> for TwoPhase {
         _ctx: &SinkContext,
     ) -> weir::Result<()> {
         for s in states {
-            let (subtask, pre): (usize, Vec<(u64, Vec<(u64, i64)>)>) = weir::codec::decode(s)?;
+            let (subtask, pre): (usize, Vec<Txn>) = weir::codec::decode(s)?;
             for (id, records) in pre {
                 self.commit(subtask, id, &records);
             }

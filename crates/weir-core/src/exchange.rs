@@ -428,8 +428,7 @@ impl<T: Data> TypedExchange<T> {
     ) -> ChannelSet {
         let mut link_list = Vec::new();
         let forward = matches!(self.partitioning, Partitioning::Forward) && producers == consumers;
-        let mut senders: Vec<Vec<(Sender<Msg<T>>, Sender<PriorityMsg>)>> =
-            (0..producers).map(|_| Vec::new()).collect();
+        let mut senders: Vec<Vec<Lanes<T>>> = (0..producers).map(|_| Vec::new()).collect();
         let mut receivers: Vec<Vec<ChannelEnd<T>>> = (0..consumers).map(|_| Vec::new()).collect();
         for (p, row) in senders.iter_mut().enumerate() {
             for (c, rx) in receivers.iter_mut().enumerate() {
@@ -515,6 +514,9 @@ fn add_backpressured(waited: std::time::Duration) {
     });
 }
 
+/// The producer end of one channel: its data lane and its priority lane.
+type Lanes<T> = (Sender<Msg<T>>, Sender<PriorityMsg>);
+
 /// Writes records into the channels of one producer subtask, batching per target.
 pub struct ChannelWriter<T> {
     senders: Vec<Sender<Msg<T>>>,
@@ -536,7 +538,7 @@ pub struct ChannelWriter<T> {
 
 impl<T: Data> ChannelWriter<T> {
     fn new(
-        lanes: Vec<(Sender<Msg<T>>, Sender<PriorityMsg>)>,
+        lanes: Vec<Lanes<T>>,
         partitioning: Partitioning<T>,
         cfg: ExchangeConfig,
         producer: usize,
