@@ -461,3 +461,70 @@ fn a_cluster_takes_unaligned_checkpoints_across_the_tcp_exchange() {
         "some checkpoint holds in-flight records"
     );
 }
+
+/// The exactly-once file sink behind a slow stage, with unaligned checkpoints and a
+/// failure: its pre-commit runs at its (early) snapshot, the records it gets after it
+/// belong to the next checkpoint, and the committed files hold every running sum once.
+#[test]
+fn the_exactly_once_file_sink_commits_every_record_once_with_unaligned_checkpoints() {
+    let n = 3_000;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let env = Env::new()
+        .parallelism(2)
+        .exchange(8, 4)
+        .checkpoints(checkpoints(
+            &dir.path().join("ck"),
+            CheckpointMode::Unaligned,
+        ));
+    let seen = Arc::new(AtomicU64::new(0));
+    let fired = Arc::new(AtomicBool::new(false));
+    env.source("numbers", move |_| Numbers {
+        next: 0,
+        n,
+        step: 1,
+    })
+    .uid("numbers")
+    .parallelism(1)
+    .key_by(|(k, _)| *k)
+    .reduce(|a, b| (a.0, a.1 + b.1))
+    .uid("sum")
+    .try_map(move |(k, v)| {
+        // A slow stage in front of the sink, which fails once half-way.
+        std::thread::sleep(Duration::from_micros(300));
+        if seen.fetch_add(1, Ordering::SeqCst) + 1 == n / 2 && !fired.swap(true, Ordering::SeqCst) {
+            return Err(weir::Error::user("injected failure"));
+        }
+        Ok((k, v))
+    })
+    .parallelism(1)
+    .write_text_exactly_once(&out, |(k, v)| format!("{k},{v}"))
+    .uid("files");
+    let r = join_within(
+        env.execute_async("files").unwrap(),
+        Duration::from_secs(120),
+    )
+    .unwrap();
+    assert_eq!(r.restarts, 1);
+    let mut per_key: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
+    for f in std::fs::read_dir(&out).unwrap() {
+        let f = f.unwrap();
+        if f.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        for line in std::fs::read_to_string(f.path()).unwrap().lines() {
+            let (k, v) = line.split_once(',').unwrap();
+            per_key
+                .entry(k.parse().unwrap())
+                .or_default()
+                .push(v.parse().unwrap());
+        }
+    }
+    assert_eq!(per_key.len() as u64, KEYS);
+    for (k, mut sums) in per_key {
+        sums.sort();
+        let want: Vec<i64> = (1..=(n / KEYS) as i64).collect();
+        assert_eq!(sums, want, "key {k}: every running sum committed once");
+    }
+    assert!(with_channel_state(&manifests(&dir.path().join("ck"))) >= 1);
+}
