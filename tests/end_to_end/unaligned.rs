@@ -295,7 +295,7 @@ fn a_failure_restores_the_in_flight_records_exactly_once() {
 fn an_alignment_that_times_out_goes_on_unaligned() {
     let n = 4_000;
     let r = run(
-        CheckpointMode::AlignedTimeout(Duration::from_millis(5)),
+        CheckpointMode::AlignedTimeout(Duration::from_millis(1)),
         n,
         2,
         Some(n / 2),
@@ -527,4 +527,46 @@ fn the_exactly_once_file_sink_commits_every_record_once_with_unaligned_checkpoin
         assert_eq!(sums, want, "key {k}: every running sum committed once");
     }
     assert!(with_channel_state(&manifests(&dir.path().join("ck"))) >= 1);
+}
+
+/// `GET /v1/checkpoints` shows which checkpoints were taken unaligned and the bytes of
+/// in-flight records each stored, the same figure as its manifest.
+#[test]
+fn the_rest_api_shows_the_in_flight_bytes_of_each_unaligned_checkpoint() {
+    let n = 3_000;
+    let dir = tempfile::tempdir().unwrap();
+    let env = Env::new()
+        .parallelism(2)
+        .exchange(8, 4)
+        .web_address("127.0.0.1:0")
+        .checkpoints(checkpoints(dir.path(), CheckpointMode::Unaligned));
+    pipeline(&env, n, Committed::default(), None);
+    let handle = env.execute_async("rest").unwrap();
+    let addr = handle.web_address().expect("the REST API");
+    weir_tests::wait_for("the job to end", Duration::from_secs(120), || {
+        handle.is_finished()
+    });
+    let history = weir_tests::rest::get(addr, "/v1/checkpoints")["history"].clone();
+    join_within(handle, Duration::from_secs(30)).unwrap();
+    let manifests: BTreeMap<u64, serde_json::Value> = manifests(dir.path())
+        .into_iter()
+        .map(|m| (m["checkpoint_id"].as_u64().unwrap(), m))
+        .collect();
+    let mut with_state = 0;
+    for c in history.as_array().unwrap() {
+        if c["status"] != "COMPLETED" {
+            continue;
+        }
+        let id = c["id"].as_u64().unwrap();
+        let m = &manifests[&id];
+        assert_eq!(c["unaligned"], m["stats"]["unaligned"], "checkpoint {id}");
+        assert_eq!(
+            c["channel_state_bytes"], m["stats"]["channel_state_bytes"],
+            "checkpoint {id}"
+        );
+        // The final checkpoint is aligned; the others were taken unaligned.
+        assert_eq!(c["unaligned"], c["kind"] != "final", "checkpoint {id}: {c}");
+        with_state += usize::from(c["channel_state_bytes"].as_u64().unwrap() > 0);
+    }
+    assert!(with_state >= 1, "{history}");
 }
