@@ -23,7 +23,7 @@ pub use bytes::{Metered, record_size};
 use gate::TypedGate;
 pub use gate::{GateEvent, InputGate};
 pub use unaligned::{
-    CHANNEL_STATE_TABLE, ChannelEnd, PriorityInlet, PriorityMsg, is_priority,
+    CHANNEL_STATE_TABLE, ChannelEnd, PriorityInlet, PriorityMsg, is_priority, set_barrier_timeout,
     with_unaligned_barriers,
 };
 use unaligned::{TAG_PRIORITY, encode_priority};
@@ -577,7 +577,24 @@ impl<T: Data> ChannelWriter<T> {
             Err(crossbeam_channel::TrySendError::Full(msg)) => {
                 // Backpressure: the channel is full and this subtask waits for its consumer.
                 let started = std::time::Instant::now();
-                let r = self.senders[target].send(msg).map_err(|_| closed());
+                let r = match (&msg, unaligned::barrier_timeout()) {
+                    // Aligned with a timeout: an in-band barrier stuck behind a full channel
+                    // that long also goes on the priority lane, counting itself as before it.
+                    (Msg::Barrier(id), Some(limit)) => {
+                        let id = *id;
+                        match self.senders[target].send_timeout(msg, limit) {
+                            Ok(()) => Ok(()),
+                            Err(crossbeam_channel::SendTimeoutError::Timeout(msg)) => {
+                                let _ = self.priority[target].send((id, self.sent[target]));
+                                self.senders[target].send(msg).map_err(|_| closed())
+                            }
+                            Err(crossbeam_channel::SendTimeoutError::Disconnected(_)) => {
+                                Err(closed())
+                            }
+                        }
+                    }
+                    _ => self.senders[target].send(msg).map_err(|_| closed()),
+                };
                 add_backpressured(started.elapsed());
                 r
             }

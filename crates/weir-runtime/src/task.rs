@@ -423,6 +423,7 @@ struct Accounting<'a>(&'a crate::status::TaskMetrics);
 impl Drop for Accounting<'_> {
     fn drop(&mut self) {
         weir_core::exchange::account_backpressure(None);
+        weir_core::exchange::set_barrier_timeout(None);
         self.0.ended();
     }
 }
@@ -432,6 +433,11 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
     let metrics = spec.metrics.clone();
     let _accounting = Accounting(&metrics);
     weir_core::exchange::account_backpressure(Some(metrics.backpressured_ns.clone()));
+    if let Some(crate::CheckpointMode::AlignedTimeout(t)) =
+        job.cfg.checkpoint.as_ref().map(|c| c.mode)
+    {
+        weir_core::exchange::set_barrier_timeout(Some(t));
+    }
     let counted = job.status.detailed().then_some(&*metrics);
     let participants = Participants::default();
     let mut writers = std::mem::take(&mut spec.writers);
@@ -868,7 +874,15 @@ fn run_operator(
                                 target.send(Control::Watermark(wm))?;
                             }
                         }
-                        GateEvent::Priority(id, upto) => barrier = Some((id, Some(upto))),
+                        // (A writer's copy of the final checkpoint's in-band barrier is
+                        // ignored: that checkpoint stays aligned.)
+                        GateEvent::Priority(id, upto) => {
+                            if mode == crate::CheckpointMode::Unaligned
+                                || !final_or_told(&commands, &mut final_checkpoint, ck, id)?
+                            {
+                                barrier = Some((id, Some(upto)))
+                            }
+                        }
                         // In band: an aligned barrier (the final checkpoint's, in the
                         // unaligned mode), or one of a checkpoint that went on unaligned.
                         GateEvent::Barrier(id)

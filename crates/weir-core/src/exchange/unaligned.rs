@@ -28,6 +28,20 @@ pub const CHANNEL_STATE_TABLE: &str = "__weir.channel_state";
 
 thread_local! {
     static UNALIGNED: Cell<bool> = const { Cell::new(false) };
+    static BARRIER_TIMEOUT: Cell<Option<std::time::Duration>> = const { Cell::new(None) };
+}
+
+/// Makes every [`super::ChannelWriter`] on this thread also send an in-band barrier that
+/// has waited `timeout` on a full channel on the channel's priority lane (checkpoints
+/// aligned with a timeout, as Flink does); `None` turns it off. The runtime sets it on
+/// each task thread. The consumer then takes the barrier from whichever lane it sees
+/// first, and ignores the other copy.
+pub fn set_barrier_timeout(timeout: Option<std::time::Duration>) {
+    BARRIER_TIMEOUT.with(|t| t.set(timeout));
+}
+
+pub(super) fn barrier_timeout() -> Option<std::time::Duration> {
+    BARRIER_TIMEOUT.with(|t| t.get())
 }
 
 /// Runs `f` with every [`super::ChannelWriter`] on this thread sending checkpoint

@@ -342,3 +342,59 @@ fn channel_state_over_a_link_replays_in_order_and_the_barrier_goes_first() {
         assert_eq!(replay(&exchange, &blobs, s, 2), want);
     }
 }
+
+/// Aligned with a timeout: an in-band barrier that waits on a full channel longer than
+/// the timeout also goes on the priority lane, counting itself as before it, so the
+/// consumer need not wait for the backlog in front of it.
+#[test]
+fn an_in_band_barrier_stuck_behind_a_full_channel_also_takes_the_priority_lane() {
+    let exchange = TypedExchange::<i64> {
+        partitioning: Partitioning::Forward,
+    };
+    let cfg = ExchangeConfig {
+        channel_capacity: 1,
+        ..cfg()
+    };
+    let mut set = exchange.channels(1, 1, cfg);
+    let mut w = writer(&mut set).pop().unwrap();
+    let producer = std::thread::spawn(move || {
+        set_barrier_timeout(Some(std::time::Duration::from_millis(20)));
+        for i in 0..4 {
+            w.record(i, 0).unwrap();
+        }
+        // The batch fills the channel; the barrier waits behind it.
+        w.control(Control::Barrier(CheckpointId(7))).unwrap();
+        w.control(Control::End).unwrap();
+    });
+    let (g, seen) = gate(&exchange, set.readers.pop().unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let p = loop {
+        if let Some(p) = g.poll_priority(0) {
+            break p;
+        }
+        assert!(std::time::Instant::now() < deadline, "no priority barrier");
+        std::thread::yield_now();
+    };
+    // Message 1 is the batch, message 2 the barrier itself.
+    assert_eq!(p, GateEvent::Priority(CheckpointId(7), 2));
+    assert!(
+        seen.borrow().is_empty(),
+        "nothing was read while the barrier overtook"
+    );
+    let mut events = Vec::new();
+    while events.last() != Some(&GateEvent::End) {
+        let mut sel = crossbeam_channel::Select::new();
+        g.select(&mut sel, 0);
+        let op = sel.select();
+        events.push(g.complete(0, op).unwrap());
+    }
+    assert_eq!(
+        events,
+        vec![
+            GateEvent::Records(4),
+            GateEvent::Barrier(CheckpointId(7)),
+            GateEvent::End
+        ]
+    );
+    producer.join().unwrap();
+}
