@@ -36,6 +36,12 @@ thread_local! {
 /// aligned with a timeout, as Flink does); `None` turns it off. The runtime sets it on
 /// each task thread. The consumer then takes the barrier from whichever lane it sees
 /// first, and ignores the other copy.
+///
+/// ```
+/// use std::time::Duration;
+/// weir_core::exchange::set_barrier_timeout(Some(Duration::from_millis(200)));
+/// weir_core::exchange::set_barrier_timeout(None); // aligned or unaligned: off
+/// ```
 pub fn set_barrier_timeout(timeout: Option<std::time::Duration>) {
     BARRIER_TIMEOUT.with(|t| t.set(timeout));
 }
@@ -46,7 +52,14 @@ pub(super) fn barrier_timeout() -> Option<std::time::Duration> {
 
 /// Runs `f` with every [`super::ChannelWriter`] on this thread sending checkpoint
 /// barriers unaligned (on the priority lanes, ahead of buffered records) instead of in
-/// band. The runtime wraps the forwarding of an unaligned barrier in it.
+/// band. The runtime wraps the forwarding of an unaligned barrier in it; the flag is
+/// restored when `f` returns (or panics).
+///
+/// ```
+/// use weir_core::exchange::with_unaligned_barriers;
+/// // Whatever `f` returns comes back; barriers written inside it go on priority lanes.
+/// assert_eq!(with_unaligned_barriers(|| 40 + 2), 42);
+/// ```
 pub fn with_unaligned_barriers<R>(f: impl FnOnce() -> R) -> R {
     struct Reset(bool);
     impl Drop for Reset {
@@ -104,6 +117,11 @@ pub(super) fn encode_priority(p: PriorityMsg, buf: &mut Vec<u8>) {
 }
 
 /// True when an encoded channel message is an unaligned barrier.
+///
+/// ```
+/// assert!(!weir_core::exchange::is_priority(&[0]));
+/// assert!(!weir_core::exchange::is_priority(&[]));
+/// ```
 pub fn is_priority(bytes: &[u8]) -> bool {
     bytes.first() == Some(&TAG_PRIORITY)
 }
