@@ -36,4 +36,5 @@ mod tables;
 mod time_joins;
 mod timers;
 mod watermark_alignment;
+mod unaligned;
 mod windows;

@@ -77,6 +77,13 @@ fn write_text(m: &Manifest, path: &Path, checked: &str, out: &mut dyn Write) -> 
         "stats:           duration {} ms, {} bytes written ({} bytes in all), max alignment {} ms",
         m.stats.duration_ms, m.stats.bytes, m.stats.full_bytes, m.stats.alignment_ms
     )?;
+    if m.stats.unaligned {
+        writeln!(
+            out,
+            "unaligned:       {} bytes of in-flight records (channel state)",
+            m.stats.channel_state_bytes
+        )?;
+    }
     writeln!(
         out,
         "files:           {} ({} bytes, {} in shared/), {checked}",

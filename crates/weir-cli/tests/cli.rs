@@ -45,6 +45,8 @@ fn manifest(id: u64, kind: CheckpointKind, sum_files: Vec<Vec<FileEntry>>) -> Ma
         bytes: 32,
         full_bytes: 32,
         alignment_ms: 7,
+        channel_state_bytes: 0,
+        unaligned: false,
     };
     m.operators.push(OperatorManifest {
         uid: "src".into(),

@@ -185,7 +185,9 @@ pub struct RestoreState {
 /// Checkpoint hooks of an operator. Called on the subtask's thread, between records.
 ///
 /// Ordering guarantees: `snapshot(n)` is called when barrier `n` has arrived on every
-/// input (exactly-once mode) and before the barrier is forwarded downstream;
+/// input (exactly-once mode; with unaligned checkpoints when the first barrier `n` arrives,
+/// and the records in flight before the others are given to the operator after it, as
+/// belonging to the next checkpoint) and before the barrier is forwarded downstream;
 /// `notify_complete(n)` after checkpoint `n` is durable for the whole job (a sink commits
 /// there); `notify_aborted(n)` when `n` will never complete.
 pub trait Checkpointed {

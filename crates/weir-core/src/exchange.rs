@@ -11,13 +11,22 @@ use crate::error::{Error, Result};
 use crate::ids::CheckpointId;
 use crate::output::{Control, LatencyMarker, Output};
 use crate::time::Timestamp;
-use crossbeam_channel::{Receiver, SelectedOperation, Sender};
+use crossbeam_channel::{Receiver, Sender};
 use std::any::Any;
 use std::cell::RefCell;
 use std::sync::Arc;
 
 mod bytes;
+mod gate;
+mod unaligned;
 pub use bytes::{Metered, record_size};
+use gate::TypedGate;
+pub use gate::{GateEvent, InputGate};
+pub use unaligned::{
+    CHANNEL_STATE_TABLE, ChannelEnd, PriorityInlet, PriorityMsg, is_priority, set_barrier_timeout,
+    with_unaligned_barriers,
+};
+use unaligned::{TAG_PRIORITY, encode_priority};
 
 /// What travels on a channel between two subtasks.
 #[derive(Debug)]
@@ -110,6 +119,8 @@ pub struct Link {
     pub reader: Box<dyn LinkReader>,
     /// Decodes messages and hands them to the consumer.
     pub writer: Box<dyn LinkWriter>,
+    /// Hands unaligned barriers to the consumer's priority lane, ahead of its data.
+    pub priority: PriorityInlet,
 }
 
 /// What [`LinkReader::next`] found.
@@ -120,6 +131,9 @@ pub enum LinkRead {
         /// The message was [`Msg::End`].
         end: bool,
     },
+    /// An unaligned barrier was encoded into the buffer: it overtakes the data, so it is
+    /// sent without waiting for (or taking) a credit.
+    Priority,
     /// Nothing arrived within the timeout.
     Timeout,
     /// The producer is gone without ending the channel (it failed).
@@ -131,6 +145,12 @@ pub trait LinkReader: Send {
     /// Waits up to `timeout` for the next message and appends its encoding to `buf` (so a
     /// caller can put a header in front without copying the message).
     fn next(&mut self, timeout: std::time::Duration, buf: &mut Vec<u8>) -> Result<LinkRead>;
+    /// Appends the encoding of an unaligned barrier waiting on the priority lane, if one
+    /// is (called while a data message waits for a credit); true when it did.
+    fn next_priority(&mut self, buf: &mut Vec<u8>) -> bool {
+        let _ = buf;
+        false
+    }
 }
 
 /// The consumer end of a channel, decoding bytes into messages.
@@ -189,6 +209,7 @@ fn decode_msg<T: Data>(bytes: &[u8]) -> Result<Msg<T>> {
         TAG_IDLE if rest.len() == 1 => Msg::Idle(rest[0] != 0),
         TAG_BARRIER => Msg::Barrier(CheckpointId(u64::from_le_bytes(word()?))),
         TAG_END if rest.is_empty() => Msg::End,
+        TAG_PRIORITY => return Err(bad()),
         TAG_LATENCY if rest.len() == 16 => {
             let (created, ids) = rest.split_at(8);
             let u32_at =
@@ -203,30 +224,93 @@ fn decode_msg<T: Data>(bytes: &[u8]) -> Result<Msg<T>> {
     })
 }
 
-struct TypedLinkReader<T>(Receiver<Msg<T>>);
+/// Reads a channel's two lanes for the network. A data message is sent only after the
+/// priority lane was seen empty once it was taken: an unaligned barrier put on the lane
+/// before that message was written always reaches the other side first.
+struct TypedLinkReader<T> {
+    data: Receiver<Msg<T>>,
+    priority: Receiver<PriorityMsg>,
+    held: Option<Msg<T>>,
+    /// The producer still holds the priority lane (it is gone once it ended).
+    priority_open: bool,
+}
 
 impl<T: Data> LinkReader for TypedLinkReader<T> {
     fn next(&mut self, timeout: std::time::Duration, buf: &mut Vec<u8>) -> Result<LinkRead> {
-        match self.0.recv_timeout(timeout) {
-            Ok(msg) => {
-                encode_msg(&msg, buf)?;
-                Ok(LinkRead::Msg {
-                    end: matches!(msg, Msg::End),
-                })
+        if self.next_priority(buf) {
+            return Ok(LinkRead::Priority);
+        }
+        let msg = match self.held.take() {
+            Some(m) => m,
+            None if !self.priority_open => match self.data.recv_timeout(timeout) {
+                Ok(m) => m,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => return Ok(LinkRead::Timeout),
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    return Ok(LinkRead::Disconnected);
+                }
+            },
+            None => {
+                let mut sel = crossbeam_channel::Select::new();
+                let d = sel.recv(&self.data);
+                let p = sel.recv(&self.priority);
+                match sel.select_timeout(timeout) {
+                    Ok(op) if op.index() == d => match op.recv(&self.data) {
+                        Ok(m) => m,
+                        Err(_) => return Ok(LinkRead::Disconnected),
+                    },
+                    Ok(op) => {
+                        debug_assert_eq!(op.index(), p);
+                        match op.recv(&self.priority) {
+                            Ok(pm) => {
+                                encode_priority(pm, buf);
+                                return Ok(LinkRead::Priority);
+                            }
+                            Err(_) => {
+                                // The producer ended: its data lane tells the rest.
+                                self.priority_open = false;
+                                return Ok(LinkRead::Timeout);
+                            }
+                        }
+                    }
+                    Err(_) => return Ok(LinkRead::Timeout),
+                }
             }
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Ok(LinkRead::Timeout),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Ok(LinkRead::Disconnected),
+        };
+        if let Ok(pm) = self.priority.try_recv() {
+            self.held = Some(msg);
+            encode_priority(pm, buf);
+            return Ok(LinkRead::Priority);
+        }
+        encode_msg(&msg, buf)?;
+        Ok(LinkRead::Msg {
+            end: matches!(msg, Msg::End),
+        })
+    }
+
+    fn next_priority(&mut self, buf: &mut Vec<u8>) -> bool {
+        match self.priority.try_recv() {
+            Ok(pm) => {
+                encode_priority(pm, buf);
+                true
+            }
+            Err(_) => false,
         }
     }
 }
 
-struct TypedLinkWriter<T>(Sender<Msg<T>>);
+struct TypedLinkWriter<T> {
+    data: Sender<Msg<T>>,
+    priority: PriorityInlet,
+}
 
 impl<T: Data> LinkWriter for TypedLinkWriter<T> {
     fn write(&mut self, bytes: &[u8]) -> Result<bool> {
+        if self.priority.deliver(bytes)? {
+            return Ok(false);
+        }
         let msg = decode_msg::<T>(bytes)?;
         let end = matches!(msg, Msg::End);
-        self.0
+        self.data
             .send(msg)
             .map_err(|_| Error::ChannelClosed("downstream subtask stopped".into()))?;
         Ok(end)
@@ -318,16 +402,21 @@ impl<T: Data> TypedExchange<T> {
         input: Box<dyn Any>,
         bytes: Option<Arc<std::sync::atomic::AtomicU64>>,
     ) -> Result<Box<dyn InputGate>> {
-        let receivers = *readers
-            .downcast::<Vec<Receiver<Msg<T>>>>()
+        let ends = *readers
+            .downcast::<Vec<ChannelEnd<T>>>()
             .map_err(|_| Error::Config("internal: receiver type mismatch".into()))?;
         let input = *input
             .downcast::<Box<dyn Output<T>>>()
             .map_err(|_| Error::Config("internal: operator input type mismatch".into()))?;
+        let n = ends.len();
         Ok(Box::new(TypedGate {
-            receivers,
+            ends,
             input: RefCell::new(input),
             bytes,
+            partitioning: self.partitioning.clone(),
+            taken: (0..n).map(|_| std::cell::Cell::new(0)).collect(),
+            pending: (0..n).map(|_| RefCell::default()).collect(),
+            captures: (0..n).map(|_| RefCell::new(None)).collect(),
         }))
     }
 }
@@ -342,25 +431,38 @@ impl<T: Data> TypedExchange<T> {
     ) -> ChannelSet {
         let mut link_list = Vec::new();
         let forward = matches!(self.partitioning, Partitioning::Forward) && producers == consumers;
-        let mut senders: Vec<Vec<Sender<Msg<T>>>> = (0..producers).map(|_| Vec::new()).collect();
-        let mut receivers: Vec<Vec<Receiver<Msg<T>>>> =
-            (0..consumers).map(|_| Vec::new()).collect();
+        let mut senders: Vec<Vec<Lanes<T>>> = (0..producers).map(|_| Vec::new()).collect();
+        let mut receivers: Vec<Vec<ChannelEnd<T>>> = (0..consumers).map(|_| Vec::new()).collect();
         for (p, row) in senders.iter_mut().enumerate() {
             for (c, rx) in receivers.iter_mut().enumerate() {
                 if forward && p != c {
                     continue;
                 }
                 let (s, r) = crossbeam_channel::bounded(cfg.channel_capacity);
+                // Unaligned barriers: never more than one per checkpoint in flight.
+                let (ps, pr) = crossbeam_channel::unbounded();
                 if links {
                     link_list.push(Link {
                         producer: p,
                         consumer: c,
-                        reader: Box::new(TypedLinkReader(r.clone())),
-                        writer: Box::new(TypedLinkWriter(s.clone())),
+                        reader: Box::new(TypedLinkReader {
+                            data: r.clone(),
+                            priority: pr.clone(),
+                            held: None,
+                            priority_open: true,
+                        }),
+                        writer: Box::new(TypedLinkWriter {
+                            data: s.clone(),
+                            priority: PriorityInlet(ps.clone()),
+                        }),
+                        priority: PriorityInlet(ps.clone()),
                     });
                 }
-                row.push(s);
-                rx.push(r);
+                row.push((s, ps));
+                rx.push(ChannelEnd {
+                    data: r,
+                    priority: pr,
+                });
             }
         }
         let partitioning = if forward {
@@ -415,9 +517,19 @@ fn add_backpressured(waited: std::time::Duration) {
     });
 }
 
+/// The producer end of one channel: its data lane and its priority lane.
+type Lanes<T> = (Sender<Msg<T>>, Sender<PriorityMsg>);
+
 /// Writes records into the channels of one producer subtask, batching per target.
 pub struct ChannelWriter<T> {
     senders: Vec<Sender<Msg<T>>>,
+    /// Per target: its priority lane (unaligned barriers).
+    priority: Vec<Sender<PriorityMsg>>,
+    /// Per target: data messages sent so far.
+    sent: Vec<u64>,
+    /// Per target: the records buffered when an unaligned barrier passed, sent as one
+    /// batch before anything else (they count as before the barrier).
+    held: Vec<Option<Vec<(T, Timestamp)>>>,
     buffers: Vec<Vec<(T, Timestamp)>>,
     partitioning: Partitioning<T>,
     cfg: ExchangeConfig,
@@ -429,15 +541,19 @@ pub struct ChannelWriter<T> {
 
 impl<T: Data> ChannelWriter<T> {
     fn new(
-        senders: Vec<Sender<Msg<T>>>,
+        lanes: Vec<Lanes<T>>,
         partitioning: Partitioning<T>,
         cfg: ExchangeConfig,
         producer: usize,
     ) -> Self {
-        let n = senders.len();
+        let n = lanes.len();
+        let (senders, priority) = lanes.into_iter().unzip();
         ChannelWriter {
             buffers: (0..n).map(|_| Vec::with_capacity(cfg.batch_size)).collect(),
             senders,
+            priority,
+            sent: vec![0; n],
+            held: (0..n).map(|_| None).collect(),
             partitioning,
             cfg,
             next: producer % n.max(1),
@@ -446,14 +562,39 @@ impl<T: Data> ChannelWriter<T> {
         }
     }
 
-    fn send(&self, target: usize, msg: Msg<T>) -> Result<()> {
+    fn send(&mut self, target: usize, msg: Msg<T>) -> Result<()> {
+        if let Some(held) = self.held[target].take() {
+            self.send_now(target, Msg::Batch(held))?;
+        }
+        self.send_now(target, msg)
+    }
+
+    fn send_now(&mut self, target: usize, msg: Msg<T>) -> Result<()> {
+        self.sent[target] += 1;
         let closed = || Error::ChannelClosed("downstream subtask stopped".into());
         match self.senders[target].try_send(msg) {
             Ok(()) => Ok(()),
             Err(crossbeam_channel::TrySendError::Full(msg)) => {
                 // Backpressure: the channel is full and this subtask waits for its consumer.
                 let started = std::time::Instant::now();
-                let r = self.senders[target].send(msg).map_err(|_| closed());
+                let r = match (&msg, unaligned::barrier_timeout()) {
+                    // Aligned with a timeout: an in-band barrier stuck behind a full channel
+                    // that long also goes on the priority lane, counting itself as before it.
+                    (Msg::Barrier(id), Some(limit)) => {
+                        let id = *id;
+                        match self.senders[target].send_timeout(msg, limit) {
+                            Ok(()) => Ok(()),
+                            Err(crossbeam_channel::SendTimeoutError::Timeout(msg)) => {
+                                let _ = self.priority[target].send((id, self.sent[target]));
+                                self.senders[target].send(msg).map_err(|_| closed())
+                            }
+                            Err(crossbeam_channel::SendTimeoutError::Disconnected(_)) => {
+                                Err(closed())
+                            }
+                        }
+                    }
+                    _ => self.senders[target].send(msg).map_err(|_| closed()),
+                };
                 add_backpressured(started.elapsed());
                 r
             }
@@ -463,6 +604,9 @@ impl<T: Data> ChannelWriter<T> {
 
     fn flush(&mut self, target: usize) -> Result<()> {
         if self.buffers[target].is_empty() {
+            if let Some(held) = self.held[target].take() {
+                self.send_now(target, Msg::Batch(held))?;
+            }
             return Ok(());
         }
         let batch = std::mem::replace(
@@ -484,6 +628,30 @@ impl<T: Data> ChannelWriter<T> {
         b.push((value, ts));
         if b.len() >= self.cfg.batch_size {
             self.flush(target)?;
+        }
+        Ok(())
+    }
+
+    /// Puts barrier `id` on every priority lane without waiting: the buffered records
+    /// stay before it (sent next, as one batch), everything written later after it.
+    fn unaligned_barrier(&mut self, id: CheckpointId) -> Result<()> {
+        for t in 0..self.senders.len() {
+            if self.held[t].is_some() && !self.buffers[t].is_empty() {
+                // An earlier barrier's records are still held: they go first.
+                let held = self.held[t].take().expect("held");
+                self.send_now(t, Msg::Batch(held))?;
+            }
+            if !self.buffers[t].is_empty() {
+                let b = std::mem::replace(
+                    &mut self.buffers[t],
+                    Vec::with_capacity(self.cfg.batch_size),
+                );
+                self.held[t] = Some(b);
+            }
+            let upto = self.sent[t] + u64::from(self.held[t].is_some());
+            self.priority[t]
+                .send((id, upto))
+                .map_err(|_| Error::ChannelClosed("downstream subtask stopped".into()))?;
         }
         Ok(())
     }
@@ -531,6 +699,7 @@ impl<T: Data> Output<T> for ChannelWriter<T> {
             Control::Watermark(w) => self.broadcast_msg(|| Msg::Watermark(w)),
             Control::Idle(i) => self.broadcast_msg(|| Msg::Idle(i)),
             Control::End => self.broadcast_msg(|| Msg::End),
+            Control::Barrier(id) if unaligned::unaligned_barriers() => self.unaligned_barrier(id),
             Control::Barrier(id) => self.broadcast_msg(|| Msg::Barrier(id)),
             Control::LatencyMarker(m) => {
                 // As Flink: to one channel, in turn, behind the records buffered for it.
@@ -558,85 +727,7 @@ pub fn hash_partitioner<T: 'static, K: std::hash::Hash + 'static>(
     Arc::new(move |v: &T| key_hash(&key_fn(v)))
 }
 
-/// What reading one message from a channel produced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GateEvent {
-    /// A batch of this many records was delivered to the operator.
-    Records(usize),
-    /// A watermark arrived.
-    Watermark(Timestamp),
-    /// The channel became idle or active.
-    Idle(bool),
-    /// A checkpoint barrier arrived.
-    Barrier(CheckpointId),
-    /// The channel ended.
-    End,
-    /// A latency marker arrived.
-    LatencyMarker(LatencyMarker),
-    /// The sender disappeared without ending (it failed).
-    Disconnected,
-}
-
-/// The consumer side of one logical input of a subtask: its channels and the operator
-/// input they feed. Methods take `&self` so a select can borrow the receivers.
-pub trait InputGate {
-    /// Number of channels.
-    fn len(&self) -> usize;
-    /// True when the gate has no channel.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// Adds channel `ch`'s receiver to a select; returns the select index.
-    fn select<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>, ch: usize) -> usize;
-    /// Completes a selected receive on channel `ch` and delivers its records.
-    fn complete(&self, ch: usize, op: SelectedOperation<'_>) -> Result<GateEvent>;
-    /// Sends a control event into the operator input (single-input operators only).
-    fn control(&self, event: Control) -> Result<()>;
-}
-
-struct TypedGate<T> {
-    receivers: Vec<Receiver<Msg<T>>>,
-    input: RefCell<Box<dyn Output<T>>>,
-    /// Where the encoded size of delivered records is added (the REST API is on).
-    bytes: Option<Arc<std::sync::atomic::AtomicU64>>,
-}
-
-impl<T: Data> InputGate for TypedGate<T> {
-    fn len(&self) -> usize {
-        self.receivers.len()
-    }
-
-    fn select<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>, ch: usize) -> usize {
-        sel.recv(&self.receivers[ch])
-    }
-
-    fn complete(&self, ch: usize, op: SelectedOperation<'_>) -> Result<GateEvent> {
-        match op.recv(&self.receivers[ch]) {
-            Ok(Msg::Batch(batch)) => {
-                let n = batch.len();
-                if let Some(bytes) = &self.bytes {
-                    let size: usize = batch.iter().map(|(v, ts)| record_size(v, *ts)).sum();
-                    bytes.fetch_add(size as u64, std::sync::atomic::Ordering::Relaxed);
-                }
-                let mut input = self.input.borrow_mut();
-                for (v, ts) in batch {
-                    input.record(v, ts)?;
-                }
-                Ok(GateEvent::Records(n))
-            }
-            Ok(Msg::Watermark(w)) => Ok(GateEvent::Watermark(w)),
-            Ok(Msg::Idle(i)) => Ok(GateEvent::Idle(i)),
-            Ok(Msg::End) => Ok(GateEvent::End),
-            Ok(Msg::Barrier(id)) => Ok(GateEvent::Barrier(id)),
-            Ok(Msg::LatencyMarker(m)) => Ok(GateEvent::LatencyMarker(m)),
-            Err(_) => Ok(GateEvent::Disconnected),
-        }
-    }
-
-    fn control(&self, event: Control) -> Result<()> {
-        self.input.borrow_mut().control(event)
-    }
-}
-
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod unaligned_tests;

@@ -69,8 +69,19 @@ pub(crate) fn write_checkpoint(
     // Files workers stored themselves (checkpoints on object storage, in a cluster).
     let mut adopted = false;
     let mut pieces: Vec<(usize, String, OperatorSnapshot)> = Vec::new();
+    // In-flight records of an unaligned checkpoint (a task that took it unaligned stores
+    // the table, empty or not).
+    let mut channel_state_bytes = 0u64;
+    let mut unaligned = false;
     for (task, snapshots) in acks {
-        for (op_id, snap) in snapshots {
+        for (op_id, mut snap) in snapshots {
+            if let Some(t) = snap.keyed.get(weir_core::exchange::CHANNEL_STATE_TABLE) {
+                unaligned = true;
+                channel_state_bytes += t.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
+                if t.is_empty() {
+                    snap.keyed.remove(weir_core::exchange::CHANNEL_STATE_TABLE);
+                }
+            }
             pieces.push((task.subtask.0, op_id, snap));
         }
     }
@@ -129,6 +140,8 @@ pub(crate) fn write_checkpoint(
     manifest.stats = stats.into();
     manifest.stats.bytes = written;
     manifest.stats.full_bytes = full;
+    manifest.stats.channel_state_bytes = channel_state_bytes;
+    manifest.stats.unaligned = unaligned;
     manifest.operators = operators
         .into_values()
         .map(|mut o| {
@@ -518,7 +531,13 @@ pub(crate) fn restore_map(
             for snap in &old {
                 for (table, blobs) in &snap.keyed {
                     let e = r.keyed.entry(table.clone()).or_default();
-                    e.extend(blobs.iter().filter(|(g, _)| range.contains(g)).cloned());
+                    if table == weir_core::exchange::CHANNEL_STATE_TABLE {
+                        // In-flight records: every subtask sees all of them and replays
+                        // those the edge assigns to it (by key group, or by old subtask).
+                        e.extend(blobs.iter().cloned());
+                    } else {
+                        e.extend(blobs.iter().filter(|(g, _)| range.contains(g)).cloned());
+                    }
                 }
                 if let Some(op_state) = &snap.operator {
                     r.operator.push(op_state.clone());

@@ -213,7 +213,8 @@ pub enum CheckpointMode {
     /// checkpoint goes on unaligned.
     AlignedTimeout(Duration),
     /// Barriers overtake the records queued in channels; those records are stored with the
-    /// checkpoint (channel state) and given to the operators again on restore.
+    /// checkpoint (channel state) and given to the operators again on restore. The final
+    /// checkpoint of a bounded job is aligned in every mode.
     Unaligned,
 }
 

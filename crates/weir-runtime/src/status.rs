@@ -109,6 +109,10 @@ pub(crate) struct CheckpointView {
     pub duration_ms: Option<u64>,
     pub alignment_ms: Option<u64>,
     pub size_bytes: Option<u64>,
+    /// Bytes of in-flight records stored with the checkpoint (unaligned checkpoints).
+    pub channel_state_bytes: u64,
+    /// A task took the checkpoint unaligned.
+    pub unaligned: bool,
     pub path: Option<String>,
     pub failure: Option<String>,
     pub acks: Vec<AckView>,
@@ -525,6 +529,8 @@ impl JobStatus {
             duration_ms: None,
             alignment_ms: None,
             size_bytes: None,
+            channel_state_bytes: 0,
+            unaligned: false,
             path: None,
             failure: None,
             acks: Vec::new(),
@@ -557,6 +563,16 @@ impl JobStatus {
                 sync_ms: ms(sync),
                 size_bytes: bytes,
             });
+        }
+    }
+
+    /// A task took checkpoint `id` unaligned, with `bytes` of in-flight records.
+    pub(crate) fn checkpoint_channel_state(&self, id: CheckpointId, bytes: u64) {
+        let mut i = self.inner();
+        if let Some(c) = self.checkpoint(&mut i, id) {
+            let c = &mut i.checkpoints[c];
+            c.unaligned = true;
+            c.channel_state_bytes += bytes;
         }
     }
 

@@ -27,6 +27,10 @@ use weir_core::watermark::WatermarkTracker;
 use weir_core::{Error, Result};
 use weir_state::BackendParams;
 
+mod align;
+mod unaligned;
+use align::{Aligned, Aligner};
+
 /// Key of a writer: (producer node, port, consumer node, consumer gate).
 pub(crate) type WriterKey = (usize, usize, usize, usize);
 
@@ -362,6 +366,18 @@ impl Checkpoints<'_> {
         alignment: Duration,
         watermark: Option<Timestamp>,
     ) -> Result<()> {
+        let (snapshot, sync) = self.take_snapshot(id, watermark)?;
+        self.ack(id, snapshot, alignment, sync);
+        Ok(())
+    }
+
+    /// Snapshots the task's operators (see `snapshot`) without acknowledging yet; returns
+    /// the snapshot and how long it took.
+    fn take_snapshot(
+        &mut self,
+        id: CheckpointId,
+        watermark: Option<Timestamp>,
+    ) -> Result<(BTreeMap<String, OperatorSnapshot>, Duration)> {
         let t0 = Instant::now();
         let mut snapshot = self.participants.snapshot(id)?;
         if let Some(w) = watermark {
@@ -370,14 +386,24 @@ impl Checkpoints<'_> {
             }
         }
         self.last_snapshot = Some(id);
+        Ok((snapshot, t0.elapsed()))
+    }
+
+    /// Acknowledges checkpoint `id` to the job thread.
+    fn ack(
+        &mut self,
+        id: CheckpointId,
+        snapshot: BTreeMap<String, OperatorSnapshot>,
+        alignment: Duration,
+        sync: Duration,
+    ) {
         let _ = self.spec.events.send(TaskEvent::Ack {
             task: self.spec.index,
             id,
             snapshot,
             alignment,
-            sync: t0.elapsed(),
+            sync,
         });
-        Ok(())
     }
 
     fn on_command(&mut self, cmd: TaskCommand) -> Result<()> {
@@ -409,6 +435,7 @@ struct Accounting<'a>(&'a crate::status::TaskMetrics);
 impl Drop for Accounting<'_> {
     fn drop(&mut self) {
         weir_core::exchange::account_backpressure(None);
+        weir_core::exchange::set_barrier_timeout(None);
         self.0.ended();
     }
 }
@@ -418,12 +445,24 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
     let metrics = spec.metrics.clone();
     let _accounting = Accounting(&metrics);
     weir_core::exchange::account_backpressure(Some(metrics.backpressured_ns.clone()));
+    if let Some(crate::CheckpointMode::AlignedTimeout(t)) =
+        job.cfg.checkpoint.as_ref().map(|c| c.mode)
+    {
+        weir_core::exchange::set_barrier_timeout(Some(t));
+    }
     let counted = job.status.detailed().then_some(&*metrics);
     let participants = Participants::default();
     let mut writers = std::mem::take(&mut spec.writers);
     let aligner =
         job.alignment
             .source(spec.head, spec.subtask, metrics.alignment_paused_ns.clone());
+    // The in-flight records of an unaligned checkpoint: replayed into the inputs, never
+    // restored as the operator's keyed state.
+    let channel_state = spec
+        .restore
+        .get_mut(&spec.head)
+        .and_then(|r| r.keyed.remove(weir_core::exchange::CHANNEL_STATE_TABLE))
+        .unwrap_or_default();
     let built = Builder {
         job,
         subtask: spec.subtask,
@@ -469,7 +508,7 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
             }
             // Records in are counted per batch and watermarks as they are forwarded.
             let cells = counted.and_then(|m| m.node(spec.head));
-            run_operator(job, gates, control, cells, &mut ck)
+            run_operator(job, gates, control, cells, &mut ck, &channel_state)
         }
     }
 }
@@ -487,6 +526,33 @@ impl Drop for IdleTimer<'_> {
     fn drop(&mut self) {
         self.0.idle(self.1.elapsed());
     }
+}
+
+/// True when checkpoint `id` is the final one: handles the commands waiting first, since
+/// the job thread names the final checkpoint to operator tasks before its barrier leaves
+/// the sources.
+fn final_or_told(
+    commands: &Receiver<TaskCommand>,
+    final_checkpoint: &mut Option<CheckpointId>,
+    ck: &mut Checkpoints<'_>,
+    id: CheckpointId,
+) -> Result<bool> {
+    while let Ok(cmd) = commands.try_recv() {
+        if let TaskCommand::Trigger(f, true) = cmd {
+            *final_checkpoint = Some(f);
+        }
+        ck.on_command(cmd)?;
+    }
+    Ok(final_checkpoint.is_some_and(|f| f == id))
+}
+
+/// True when the job's checkpoints are unaligned from the start (sources inject barriers
+/// on the priority lanes).
+fn unaligned_mode(job: &JobShared) -> bool {
+    job.cfg
+        .checkpoint
+        .as_ref()
+        .is_some_and(|c| c.mode == crate::CheckpointMode::Unaligned)
 }
 
 fn cancelled(ck: &Checkpoints<'_>) -> bool {
@@ -537,7 +603,14 @@ fn run_source(
         if let Some(cmd) = cmd {
             if let TaskCommand::Trigger(id, is_final) = cmd {
                 ck.snapshot(id, Duration::ZERO, None)?;
-                src.control(Control::Barrier(id))?;
+                if unaligned_mode(job) && !is_final {
+                    // Ahead of the records queued in the channels.
+                    weir_core::exchange::with_unaligned_barriers(|| {
+                        src.control(Control::Barrier(id))
+                    })?;
+                } else {
+                    src.control(Control::Barrier(id))?;
+                }
                 // Only the final checkpoint (requested once every source finished) ends a
                 // finished source: earlier ones still need every source to acknowledge.
                 if finished && is_final {
@@ -639,81 +712,13 @@ impl Watched<'_> {
     }
 }
 
-/// Barrier alignment of one operator task (sans-IO).
-struct Aligner {
-    exactly_once: bool,
-    pending: Option<(CheckpointId, Instant)>,
-    arrived: Vec<bool>,
-    last: Option<CheckpointId>,
-}
-
-enum Aligned {
-    /// Nothing to do yet.
-    Wait,
-    /// Barrier `id` arrived on every open channel.
-    Complete(CheckpointId, Duration),
-}
-
-impl Aligner {
-    fn new(channels: usize, exactly_once: bool) -> Self {
-        Aligner {
-            exactly_once,
-            pending: None,
-            arrived: vec![false; channels],
-            last: None,
-        }
-    }
-
-    /// True when `flat` must not be read (it is blocked by alignment).
-    fn blocked(&self, flat: usize) -> bool {
-        self.exactly_once && self.arrived[flat]
-    }
-
-    fn check(&mut self, ended: &[bool]) -> Aligned {
-        let Some((id, started)) = self.pending else {
-            return Aligned::Wait;
-        };
-        if self.arrived.iter().zip(ended).all(|(a, e)| *a || *e) {
-            self.pending = None;
-            self.last = Some(id);
-            self.arrived.iter_mut().for_each(|a| *a = false);
-            return Aligned::Complete(id, started.elapsed());
-        }
-        Aligned::Wait
-    }
-
-    fn on_barrier(&mut self, flat: usize, id: CheckpointId, ended: &[bool]) -> Aligned {
-        if self.last.is_some_and(|l| id <= l) {
-            return Aligned::Wait;
-        }
-        match self.pending {
-            Some((p, _)) if id < p => return Aligned::Wait,
-            Some((p, _)) if id > p => {
-                // A newer barrier subsumes the one being aligned.
-                self.arrived.iter_mut().for_each(|a| *a = false);
-                self.pending = Some((id, Instant::now()));
-            }
-            Some(_) => {}
-            None => self.pending = Some((id, Instant::now())),
-        }
-        self.arrived[flat] = true;
-        self.check(ended)
-    }
-
-    fn on_abort(&mut self, id: CheckpointId) {
-        if self.pending.is_some_and(|(p, _)| p == id) {
-            self.pending = None;
-            self.arrived.iter_mut().for_each(|a| *a = false);
-        }
-    }
-}
-
 fn run_operator(
     job: &JobShared,
     gates: Vec<Box<dyn InputGate>>,
     control: Option<Box<dyn ControlSink>>,
     cells: Option<&crate::status::NodeCells>,
     ck: &mut Checkpoints<'_>,
+    channel_state: &[(u32, Vec<u8>)],
 ) -> Result<u64> {
     let exactly_once = job.cfg.checkpoint.as_ref().is_none_or(|c| c.exactly_once);
     let mut target = Watched {
@@ -745,7 +750,17 @@ fn run_operator(
         tracker.resume_at(w);
     }
     let mut aligner = Aligner::new(channels.len(), exactly_once);
+    let mode = job
+        .cfg
+        .checkpoint
+        .as_ref()
+        .map_or(crate::CheckpointMode::Aligned, |c| c.mode);
+    let mut unaligned = unaligned::Unaligned::default();
+    let head_operator = job.graph.nodes[ck.spec.head].operator_id();
+    let parallelism = job.plan.parallelism[ck.spec.head];
     let mut ended = vec![false; channels.len()];
+    // Channels whose producer let go of the priority lane.
+    let mut no_priority = vec![false; channels.len()];
     let mut open = channels.len();
     let mut idle = false;
     let mut records = 0u64;
@@ -755,22 +770,72 @@ fn run_operator(
     if let Some(w) = restored {
         target.send(Control::Watermark(w))?;
     }
+    // The records that were in flight at an unaligned checkpoint come before any new one.
+    let replayed = unaligned::replay(
+        &gates,
+        channel_state,
+        ck.spec.subtask,
+        parallelism,
+        job.cfg.max_parallelism,
+    )?;
+    if replayed > 0 {
+        tracing::info!(
+            records = replayed,
+            "replayed the in-flight records of the restored unaligned checkpoint"
+        );
+        records += replayed as u64;
+    }
     let commands = ck.spec.commands.clone();
+    enum Got {
+        Gate(usize, GateEvent),
+        Command(TaskCommand),
+    }
+    let mut events: Vec<(usize, GateEvent)> = Vec::new();
+    let mut gots: Vec<Got> = Vec::new();
+    // The final checkpoint, once the job thread said which it is.
+    let mut final_checkpoint: Option<CheckpointId> = None;
     while open > 0 {
         if cancelled(ck) {
             return Err(Error::Cancelled);
         }
-        enum Got {
-            Gate(usize, GateEvent),
-            Command(TaskCommand),
+        // Unaligned barriers first, then the messages taken when one was seen.
+        events.clear();
+        if mode != crate::CheckpointMode::Aligned {
+            for (flat, &(g, c)) in channels.iter().enumerate() {
+                if ended[flat] {
+                    continue;
+                }
+                while let Some(e) = gates[g].poll_priority(c) {
+                    events.push((flat, e));
+                }
+            }
+            // Messages kept back go after the barriers just seen are handled.
+            for (flat, &(g, c)) in channels.iter().enumerate() {
+                if events.is_empty()
+                    && !ended[flat]
+                    && !aligner.blocked(flat)
+                    && let Some(e) = gates[g].resume(c)?
+                {
+                    events.push((flat, e));
+                }
+            }
         }
-        let got = {
+        let mut got_command = None;
+        if events.is_empty() {
             let mut sel = Select::new();
             let mut index = Vec::with_capacity(channels.len());
             for (flat, &(g, c)) in channels.iter().enumerate() {
                 if !ended[flat] && !aligner.blocked(flat) {
                     gates[g].select(&mut sel, c);
-                    index.push(flat);
+                    index.push((flat, false));
+                }
+            }
+            if mode != crate::CheckpointMode::Aligned {
+                for (flat, &(g, c)) in channels.iter().enumerate() {
+                    if !ended[flat] && !no_priority[flat] {
+                        gates[g].select_priority(&mut sel, c);
+                        index.push((flat, true));
+                    }
                 }
             }
             let cmd_index = sel.recv(&commands);
@@ -786,73 +851,174 @@ fn run_operator(
             };
             match selected {
                 Some(op) if op.index() == cmd_index => match op.recv(&commands) {
-                    Ok(cmd) => Some(Got::Command(cmd)),
+                    Ok(cmd) => got_command = Some(Got::Command(cmd)),
                     Err(_) => return Err(Error::Cancelled),
                 },
                 Some(op) => {
-                    let flat = index[op.index()];
+                    let (flat, priority) = index[op.index()];
                     let (g, c) = channels[flat];
-                    Some(Got::Gate(flat, gates[g].complete(c, op)?))
+                    if priority {
+                        match gates[g].complete_priority(c, op) {
+                            Some(e) => events.push((flat, e)),
+                            None => no_priority[flat] = true,
+                        }
+                    } else {
+                        events.push((flat, gates[g].complete(c, op)?));
+                    }
                 }
-                None => None,
+                None => {}
             }
-        };
+        }
         let mut aligned = Aligned::Wait;
-        match got {
-            Some(Got::Command(cmd)) => {
-                if let TaskCommand::Abort(id) = cmd {
-                    aligner.on_abort(id);
+        gots.extend(events.drain(..).map(|(f, e)| Got::Gate(f, e)));
+        gots.extend(got_command);
+        for got in gots.drain(..) {
+            match got {
+                Got::Command(cmd) => {
+                    if let TaskCommand::Trigger(id, true) = cmd {
+                        final_checkpoint = Some(id);
+                    }
+                    if let TaskCommand::Abort(id) = cmd {
+                        aligner.on_abort(id);
+                        if unaligned.collecting.as_ref().is_some_and(|c| c.id == id) {
+                            let inputs = unaligned::Inputs {
+                                gates: &gates,
+                                channels: &channels,
+                                ended: &ended,
+                                subtask: ck.spec.subtask,
+                                parallelism,
+                            };
+                            unaligned.cancel(&inputs);
+                        }
+                    }
+                    ck.on_command(cmd)?;
                 }
-                ck.on_command(cmd)?;
+                Got::Gate(flat, event) => {
+                    // An unaligned barrier: its checkpoint, and the data messages before it
+                    // (None for one that came in band).
+                    let mut barrier: Option<(CheckpointId, Option<u64>)> = None;
+                    match event {
+                        GateEvent::Records(n) => {
+                            records += n as u64;
+                            ck.spec.progress.store(records, Ordering::Relaxed);
+                            if let Some(c) = cells {
+                                c.records_in[channels[flat].0]
+                                    .fetch_add(n as u64, Ordering::Relaxed);
+                            }
+                            tracker.on_record(flat);
+                        }
+                        GateEvent::Watermark(w) => {
+                            if let Some(wm) = tracker.on_watermark(flat, w) {
+                                target.send(Control::Watermark(wm))?;
+                            }
+                        }
+                        GateEvent::Idle(i) => {
+                            if let Some(wm) = tracker.on_idle(flat, i) {
+                                target.send(Control::Watermark(wm))?;
+                            }
+                        }
+                        // (A writer's copy of the final checkpoint's in-band barrier is
+                        // ignored: that checkpoint stays aligned.)
+                        GateEvent::Priority(id, upto) => {
+                            if mode == crate::CheckpointMode::Unaligned
+                                || !final_or_told(&commands, &mut final_checkpoint, ck, id)?
+                            {
+                                barrier = Some((id, Some(upto)))
+                            }
+                        }
+                        // In band: an aligned barrier (the final checkpoint's, in the
+                        // unaligned mode), or one of a checkpoint that went on unaligned.
+                        GateEvent::Barrier(id)
+                            if unaligned.collecting.as_ref().is_some_and(|c| c.id == id) =>
+                        {
+                            barrier = Some((id, None))
+                        }
+                        GateEvent::Barrier(id) => {
+                            if !unaligned.is_stale(id) {
+                                aligned = aligner.on_barrier(flat, id, &ended)
+                            }
+                        }
+                        // Passed on as it came: no watermark, alignment or record count.
+                        GateEvent::LatencyMarker(m) => target.send(Control::LatencyMarker(m))?,
+                        GateEvent::End => {
+                            ended[flat] = true;
+                            open -= 1;
+                            if let Some(wm) = tracker.on_end(flat) {
+                                target.send(Control::Watermark(wm))?;
+                            }
+                            aligned = aligner.check(&ended);
+                        }
+                        GateEvent::Disconnected => {
+                            return Err(Error::ChannelClosed(
+                                "an upstream subtask stopped without finishing".into(),
+                            ));
+                        }
+                    }
+                    let inputs = unaligned::Inputs {
+                        gates: &gates,
+                        channels: &channels,
+                        ended: &ended,
+                        subtask: ck.spec.subtask,
+                        parallelism,
+                    };
+                    if let Some((id, upto)) = barrier {
+                        let current = unaligned.collecting.as_ref().is_some_and(|c| c.id == id);
+                        let stale = unaligned.is_stale(id) || aligner.last.is_some_and(|l| id <= l);
+                        if !current && !stale {
+                            // The first barrier of `id` at this task: snapshot now, and
+                            // send the barrier on ahead of the queued records.
+                            let arrived = aligner.switch(id);
+                            let in_band = mode != crate::CheckpointMode::Unaligned;
+                            unaligned.start(
+                                ck,
+                                &inputs,
+                                id,
+                                tracker.current(),
+                                &arrived,
+                                in_band,
+                            )?;
+                            weir_core::exchange::with_unaligned_barriers(|| {
+                                target.send(Control::Barrier(id))
+                            })?;
+                        }
+                        if current || !stale {
+                            unaligned.barrier(&inputs, flat, upto)?;
+                        }
+                    }
+                    unaligned.drain(&inputs)?;
+                    unaligned.finish_if_done(ck, &inputs, &head_operator, tracker.current())?;
+                    let now_idle = tracker.all_idle();
+                    if now_idle != idle {
+                        idle = now_idle;
+                        target.send(Control::Idle(idle))?;
+                    }
+                }
             }
-            Some(Got::Gate(flat, event)) => {
-                match event {
-                    GateEvent::Records(n) => {
-                        records += n as u64;
-                        ck.spec.progress.store(records, Ordering::Relaxed);
-                        if let Some(c) = cells {
-                            c.records_in[channels[flat].0].fetch_add(n as u64, Ordering::Relaxed);
-                        }
-                        tracker.on_record(flat);
-                    }
-                    GateEvent::Watermark(w) => {
-                        if let Some(wm) = tracker.on_watermark(flat, w) {
-                            target.send(Control::Watermark(wm))?;
-                        }
-                    }
-                    GateEvent::Idle(i) => {
-                        if let Some(wm) = tracker.on_idle(flat, i) {
-                            target.send(Control::Watermark(wm))?;
-                        }
-                    }
-                    GateEvent::Barrier(id) => aligned = aligner.on_barrier(flat, id, &ended),
-                    // Passed on as it came: no watermark, alignment or record count.
-                    GateEvent::LatencyMarker(m) => target.send(Control::LatencyMarker(m))?,
-                    GateEvent::End => {
-                        ended[flat] = true;
-                        open -= 1;
-                        if let Some(wm) = tracker.on_end(flat) {
-                            target.send(Control::Watermark(wm))?;
-                        }
-                        aligned = aligner.check(&ended);
-                    }
-                    GateEvent::Disconnected => {
-                        return Err(Error::ChannelClosed(
-                            "an upstream subtask stopped without finishing".into(),
-                        ));
-                    }
-                }
-                let now_idle = tracker.all_idle();
-                if now_idle != idle {
-                    idle = now_idle;
-                    target.send(Control::Idle(idle))?;
-                }
-            }
-            None => {}
         }
         if let Aligned::Complete(id, alignment) = aligned {
             ck.snapshot(id, alignment, Some(tracker.current()))?;
             target.send(Control::Barrier(id))?;
+        }
+        // Aligned with a timeout: an alignment that has taken too long goes on unaligned
+        // (not the final checkpoint's: the sinks commit everything at it).
+        if let crate::CheckpointMode::AlignedTimeout(limit) = mode
+            && let Some((id, started)) = aligner.pending()
+            && started.elapsed() >= limit
+            && !final_or_told(&commands, &mut final_checkpoint, ck, id)?
+        {
+            tracing::debug!(checkpoint = %id, "alignment timed out: the checkpoint goes on unaligned");
+            let inputs = unaligned::Inputs {
+                gates: &gates,
+                channels: &channels,
+                ended: &ended,
+                subtask: ck.spec.subtask,
+                parallelism,
+            };
+            let arrived = aligner.switch(id);
+            unaligned.start(ck, &inputs, id, tracker.current(), &arrived, true)?;
+            weir_core::exchange::with_unaligned_barriers(|| target.send(Control::Barrier(id)))?;
+            unaligned.drain(&inputs)?;
+            unaligned.finish_if_done(ck, &inputs, &head_operator, tracker.current())?;
         }
         let now = now_ms();
         if now != last_tick {

@@ -77,6 +77,14 @@ pub struct ManifestStats {
     pub full_bytes: u64,
     /// The longest barrier alignment of any task, in milliseconds.
     pub alignment_ms: u64,
+    /// Bytes of in-flight records stored with the checkpoint (channel state of an
+    /// unaligned checkpoint; counted in `bytes` too).
+    #[serde(default)]
+    pub channel_state_bytes: u64,
+    /// True when a task took the checkpoint unaligned (unaligned mode, or an aligned
+    /// checkpoint whose alignment timed out).
+    #[serde(default)]
+    pub unaligned: bool,
 }
 
 impl From<&CheckpointStats> for ManifestStats {
@@ -86,6 +94,8 @@ impl From<&CheckpointStats> for ManifestStats {
             bytes: s.bytes,
             full_bytes: s.bytes,
             alignment_ms: s.max_alignment.as_millis() as u64,
+            channel_state_bytes: 0,
+            unaligned: false,
         }
     }
 }
@@ -418,7 +428,9 @@ mod tests {
                 duration_ms: 1500,
                 bytes: 10,
                 full_bytes: 10,
-                alignment_ms: 7
+                alignment_ms: 7,
+                channel_state_bytes: 0,
+                unaligned: false,
             }
         );
     }

@@ -20,11 +20,11 @@ fn marker(created_us: i64) -> LatencyMarker {
 /// Everything waiting on one consumer's channels, in order.
 fn drain(readers: &dyn Any) -> Vec<String> {
     let receivers = readers
-        .downcast_ref::<Vec<Receiver<Msg<i64>>>>()
+        .downcast_ref::<Vec<ChannelEnd<i64>>>()
         .expect("receivers of i64");
     receivers
         .iter()
-        .flat_map(|r| r.try_iter())
+        .flat_map(|r| r.data().try_iter())
         .map(|m| format!("{m:?}"))
         .collect()
 }

@@ -11,6 +11,11 @@
 //! local channel holds batches, spends one per message and gets one back when the
 //! receiver has handed the message to the consuming task. A slow consumer so stalls only
 //! its own channel; the connection, shared by many channels, keeps flowing.
+//!
+//! Unaligned checkpoint barriers take no credit: the sender sends them as soon as they
+//! are on the channel's priority lane (also while a message waits for a credit), and the
+//! receiving connection hands them to the consumer's priority lane as the frame arrives,
+//! ahead of the data frames still queued for delivery.
 
 use super::wire::{self, Body, Wire};
 use crate::task::LinkKey;
@@ -33,6 +38,8 @@ type Delivery = (Vec<u8>, UnboundedSender<Vec<u8>>);
 struct Inbound {
     attempt: u64,
     queues: HashMap<LinkKey, crossbeam_channel::Sender<Delivery>>,
+    /// The priority lanes of the same channels (unaligned barriers).
+    priority: HashMap<LinkKey, weir_core::exchange::PriorityInlet>,
 }
 
 /// One link's credits: messages the receiver has room for.
@@ -50,7 +57,8 @@ impl Credit {
     }
 
     /// Takes one credit, waiting for it; false when the attempt is cancelled first.
-    fn take(&self, cancel: &AtomicBool) -> bool {
+    /// `meanwhile` runs every 10 ms of waiting (unaligned barriers go out then).
+    fn take(&self, cancel: &AtomicBool, mut meanwhile: impl FnMut()) -> bool {
         let mut n = self.n.lock().unwrap_or_else(|p| p.into_inner());
         while *n == 0 {
             if cancel.load(Ordering::Relaxed) {
@@ -61,6 +69,11 @@ impl Credit {
                 .wait_timeout(n, Duration::from_millis(10))
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            if *n == 0 {
+                drop(n);
+                meanwhile();
+                n = self.n.lock().unwrap_or_else(|p| p.into_inner());
+            }
         }
         *n -= 1;
         true
@@ -145,6 +158,7 @@ impl DataPlane {
             let mut inbound = self.inbound.lock().unwrap_or_else(|p| p.into_inner());
             inbound.attempt = attempt;
             inbound.queues.clear();
+            inbound.priority.clear();
             for l in links {
                 if l.outgoing {
                     outgoing.entry(l.peer).or_default().push((l.key, l.link));
@@ -152,6 +166,7 @@ impl DataPlane {
                 }
                 let (tx, rx) = crossbeam_channel::unbounded();
                 inbound.queues.insert(l.key, tx);
+                inbound.priority.insert(l.key, l.link.priority.clone());
                 let cancel = cancel.clone();
                 let (key, mut writer) = (l.key, l.link.writer);
                 threads.push(spawn("in", key, move || {
@@ -189,6 +204,7 @@ impl DataPlane {
         let mut inbound = self.inbound.lock().unwrap_or_else(|p| p.into_inner());
         inbound.attempt = attempt;
         inbound.queues.clear();
+        inbound.priority.clear();
         drop(inbound);
         self.attempt.send_replace(attempt);
     }
@@ -221,8 +237,21 @@ fn send(
         // The frame's body: the link, then the message appended as the exchange encodes it.
         wire::data_header(&key, &mut buf);
         match reader.next(Duration::from_millis(10), &mut buf) {
+            Ok(LinkRead::Priority) => {
+                if tx.send(std::mem::take(&mut buf)).is_err() {
+                    return;
+                }
+            }
             Ok(LinkRead::Msg { end }) => {
-                if !credit.take(cancel) {
+                let mut gone = false;
+                let waiting = credit.take(cancel, || {
+                    let mut p = Vec::new();
+                    wire::data_header(&key, &mut p);
+                    if reader.next_priority(&mut p) {
+                        gone |= tx.send(p).is_err();
+                    }
+                });
+                if !waiting || gone {
                     return;
                 }
                 if tx.send(std::mem::take(&mut buf)).is_err() || end {
@@ -431,6 +460,16 @@ async fn serve(
             frame = wire::read_frame(&mut r) => {
                 let Ok(Some(body)) = frame else { break };
                 let Some(link) = wire::data_link(&body) else { break };
+                if weir_core::exchange::is_priority(&body[wire::DATA_HEADER..]) {
+                    // An unaligned barrier overtakes the data queued for delivery.
+                    let inlet = {
+                        let inbound = inbound.lock().unwrap_or_else(|p| p.into_inner());
+                        (inbound.attempt == attempt).then(|| inbound.priority.get(&link).cloned()).flatten()
+                    };
+                    let Some(inlet) = inlet else { break };
+                    let _ = inlet.deliver(&body[wire::DATA_HEADER..]);
+                    continue;
+                }
                 let queue = {
                     let inbound = inbound.lock().unwrap_or_else(|p| p.into_inner());
                     (inbound.attempt == attempt).then(|| inbound.queues.get(&link).cloned()).flatten()

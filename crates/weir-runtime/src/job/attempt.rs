@@ -117,6 +117,15 @@ pub(super) fn run_attempt(
                 if let Some(c) = coordinator.as_mut() {
                     let _span = span_of(&spans, &id).entered();
                     let bytes = snapshot.values().map(|s| s.bytes() as u64).sum();
+                    // Taken unaligned: the in-flight records stored with it.
+                    let channel_state = snapshot
+                        .values()
+                        .filter_map(|s| s.keyed.get(weir_core::exchange::CHANNEL_STATE_TABLE))
+                        .map(|t| t.iter().map(|(_, b)| b.len() as u64).sum::<u64>())
+                        .reduce(|a, b| a + b);
+                    if let Some(b) = channel_state {
+                        job.status.checkpoint_channel_state(id, b);
+                    }
                     let t = &running[task];
                     job.status.checkpoint_acked(
                         id,
@@ -234,6 +243,13 @@ pub(super) fn run_attempt(
                     spans.insert(id, span);
                     job.status.checkpoint_triggered(id, kind);
                     let is_final = kind == CheckpointKind::Final;
+                    if is_final {
+                        // The final checkpoint is aligned in every mode (the sinks commit
+                        // everything at it): operator tasks hear of it before its barrier.
+                        for t in running.iter().filter(|t| !t.is_source) {
+                            t.commands.send(TaskCommand::Trigger(id, true));
+                        }
+                    }
                     for k in sources {
                         running[by_key[&k]]
                             .commands

@@ -211,7 +211,7 @@ function renderCheckpoints(cks) {
   table($("checkpoints-table"),
     [["id", "num"], "kind", "status", "triggered", ["duration", "num"], ["alignment", "num"],
       ["size", "num"], ["acks", "num"], "failure"],
-    history.map((k) => [[k.id, "num"], k.kind, [k.status, "status"], fmtTime(k.trigger_time_ms),
+    history.map((k) => [[k.id, "num"], k.unaligned ? `${k.kind} · unaligned` : k.kind, [k.status, "status"], fmtTime(k.trigger_time_ms),
       [fmtMs(k.duration_ms), "num"], [fmtMs(k.alignment_ms), "num"], [fmtBytes(k.size_bytes), "num"],
       [(k.acks || []).length, "num"], [k.failure || "", "wrap"]]),
     (i) => ({ class: "ckpt " + history[i].status, "data-id": history[i].id }));
@@ -226,6 +226,9 @@ function renderCheckpoints(cks) {
   ], { title: "duration", xLabel: (x) => "#" + x, yLabel: fmtMs, empty: "No completed checkpoint yet." });
   lineChart($("checkpoint-size-chart"), [
     { name: "size", colour: "#2f855a", points: done.filter((k) => isNum(k.size_bytes)).map((k) => [k.id, k.size_bytes]) },
+    // Unaligned checkpoints: the in-flight records stored with them.
+    ...(done.some((k) => k.unaligned) ? [{ name: "in flight", colour: "#c05621",
+      points: done.filter((k) => k.unaligned).map((k) => [k.id, k.channel_state_bytes]) }] : []),
   ], { title: "size", xLabel: (x) => "#" + x, yLabel: fmtBytes, empty: "No completed checkpoint yet." });
   document.body.dataset.checkpointsReady = "true";
 }
