@@ -4,7 +4,7 @@
 //! cargo run --release --example kafka_sum -- --brokers HOST:PORT --input-topic IN \
 //!     --output-topic OUT --checkpoint-dir CKDIR [--checkpoint-interval-ms MS] \
 //!     [--parallelism P] [--bounded] [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR] [--measure-bytes]
-//!     [--checkpoint-mode MODE] [--sink-rate RECORDS_PER_S]
+//!     [--checkpoint-mode MODE] [--sink-rate RECORDS_PER_S] [--max-rate RECORDS_PER_S]
 //! ```
 //!
 //! - Input records: Kafka key = the key (UTF-8), value = an i64 as decimal UTF-8. The input
@@ -32,6 +32,9 @@
 //! - `--sink-rate RECORDS_PER_S` lets each sink subtask produce at most that many records
 //!   per second (a throttle right before the sink): a slow sink. Records back up into the
 //!   keyed exchange and the source slows down to the sink's pace (backpressure). At least 1.
+//! - `--max-rate RECORDS_PER_S` lets each source subtask read at most that many records per
+//!   second, so a bounded run lasts a while (a kill lands mid-run) instead of reading its
+//!   whole topic into the channels at once. At least 1.
 //! - A record that is not `key`/i64 fails the job with the topic, partition and offset, unless
 //!   `--dead-letter-topic DLQ` is given, which sets such records aside there.
 //!
@@ -83,6 +86,8 @@ struct Args {
     mode: CheckpointMode,
     /// Records per second each sink subtask produces at most (`--sink-rate`).
     sink_rate: Option<u64>,
+    /// Records per second each source subtask reads at most (`--max-rate`).
+    max_rate: Option<u64>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -108,6 +113,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut measure_bytes = false;
     let mut mode = CheckpointMode::default();
     let mut sink_rate = None;
+    let mut max_rate = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -143,16 +149,8 @@ fn parse_args() -> anyhow::Result<Args> {
                     .parse::<CheckpointMode>()
                     .map_err(|e| anyhow::anyhow!("--checkpoint-mode: {e}"))?
             }
-            "--sink-rate" => {
-                let text = value()?;
-                sink_rate = match text.parse::<u64>() {
-                    Ok(0) => bail!("--sink-rate must be at least 1 record per second"),
-                    Ok(r) => Some(r),
-                    Err(e) => {
-                        bail!("--sink-rate {text:?} is not a number of records per second: {e}")
-                    }
-                }
-            }
+            "--sink-rate" => sink_rate = Some(rate(&flag, &value()?)?),
+            "--max-rate" => max_rate = Some(rate(&flag, &value()?)?),
             "-h" | "--help" => {
                 println!(
                     "usage: kafka_sum --brokers HOST:PORT --input-topic IN --output-topic OUT \
@@ -161,7 +159,8 @@ fn parse_args() -> anyhow::Result<Args> {
                      [--transactional-id-prefix NAME] [--dead-letter-topic DLQ] \
                      [--at-least-once] [--state memory|rocksdb] [--from-savepoint PATH] \
                      [--start-fresh-if-unusable] [--max-restarts N] [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR] [--measure-bytes] \
-                     [--checkpoint-mode aligned|unaligned|aligned-timeout[:MS]] [--sink-rate RECORDS_PER_S]"
+                     [--checkpoint-mode aligned|unaligned|aligned-timeout[:MS]] [--sink-rate RECORDS_PER_S] \
+                     [--max-rate RECORDS_PER_S]"
                 );
                 std::process::exit(0);
             }
@@ -191,7 +190,17 @@ fn parse_args() -> anyhow::Result<Args> {
         measure_bytes,
         mode,
         sink_rate,
+        max_rate,
     })
+}
+
+/// A records-per-second flag's value: a whole number, at least 1.
+fn rate(flag: &str, text: &str) -> anyhow::Result<u64> {
+    match text.parse::<u64>() {
+        Ok(0) => bail!("{flag} must be at least 1 record per second"),
+        Ok(r) => Ok(r),
+        Err(e) => bail!("{flag} {text:?} is not a number of records per second: {e}"),
+    }
 }
 
 /// Key = UTF-8 text, value = an i64 in decimal.
@@ -314,9 +323,20 @@ fn main() -> anyhow::Result<()> {
             (Some(k.as_bytes().to_vec()), s.to_string().into_bytes())
         });
 
-    let mut sums = env
+    let mut input = env
         .source("kafka-source", source.factory())
-        .uid("kafka-source")
+        .uid("kafka-source");
+    if let Some(per_sec) = args.max_rate {
+        input = input
+            .process(move || Throttle {
+                per_sec,
+                start: None,
+                passed: 0,
+            })
+            .name("source-throttle")
+            .uid("source-throttle");
+    }
+    let mut sums = input
         .key_by(|(k, _)| k.clone())
         .process(RunningSum::default)
         .name("running-sum")

@@ -85,14 +85,8 @@ impl Checkpoints {
 
     /// Asserts what the checkpoints of runs under backpressure (`--sink-rate` well below
     /// the source's pace) in checkpoint mode `mode` must show: that checkpoints completed
-    /// while the channels were full, each with its duration and size.
-    ///
-    /// THE place for the channel-state assertion: once checkpoint statistics record the
-    /// records stored with an unaligned checkpoint (`channel_state_bytes` in the manifest's
-    /// `stats` and in `/v1/checkpoints`), assert here that in mode `unaligned` at least one
-    /// of these checkpoints stored channel state (`channel_state_bytes > 0`), and in mode
-    /// `aligned` none did. Until then every mode aligns, and these tests check the exact
-    /// output whatever the mode.
+    /// while the channels were full, each with its duration and size; in mode `aligned`,
+    /// that none was taken unaligned or stored in-flight records.
     pub fn assert_taken_under_backpressure(&self, mode: &str) {
         assert!(
             !self.stats.is_empty(),
@@ -102,6 +96,39 @@ impl Checkpoints {
             assert!(
                 stats["duration_ms"].is_u64() && stats["bytes"].is_u64(),
                 "checkpoint {id} (mode {mode}) has no duration or size in its manifest: {stats}"
+            );
+            let unaligned = stats["unaligned"].as_bool().unwrap_or(false);
+            let channel = stats["channel_state_bytes"].as_u64().unwrap_or(0);
+            if mode == "aligned" {
+                assert!(
+                    !unaligned && channel == 0,
+                    "aligned checkpoint {id} was taken unaligned or stored channel state: {stats}"
+                );
+            }
+        }
+    }
+
+    /// Asserts that checkpoints taken in mode `unaligned` under backpressure were taken
+    /// unaligned and that at least one stored in-flight records (channel state).
+    pub fn assert_stored_channel_state(&self, mode: &str) {
+        if mode == "unaligned" {
+            let with_channel_state = self
+                .stats
+                .values()
+                .filter(|s| s["channel_state_bytes"].as_u64().unwrap_or(0) > 0)
+                .count();
+            assert!(
+                with_channel_state > 0,
+                "none of {} unaligned checkpoints under backpressure stored in-flight records: {:?}",
+                self.stats.len(),
+                self.stats
+            );
+            assert!(
+                self.stats
+                    .values()
+                    .any(|s| s["unaligned"].as_bool() == Some(true)),
+                "no checkpoint was taken unaligned: {:?}",
+                self.stats
             );
         }
     }

@@ -61,6 +61,7 @@ fn kills_under_backpressure(mode: &str, seed: u64, rounds: usize) {
     );
     s.check_history();
     seen.assert_taken_under_backpressure(mode);
+    seen.assert_stored_channel_state(mode);
     eprintln!(
         "{mode}: {landed} kills, {} checkpoints seen, the last run resumed from {from}",
         seen.stats.len()

@@ -35,6 +35,6 @@ mod state_kinds;
 mod tables;
 mod time_joins;
 mod timers;
-mod watermark_alignment;
 mod unaligned;
+mod watermark_alignment;
 mod windows;

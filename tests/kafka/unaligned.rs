@@ -1,7 +1,7 @@
 //! kafka_sum killed with SIGKILL under backpressure with unaligned checkpoints: the input
-//! topic is full before the job starts, so the source reads as fast as it can while each
-//! sink subtask produces at most [`SINK_RATE`] records/s (`--sink-rate`), and the keyed
-//! exchange is full whenever a checkpoint is taken. The job is killed at random moments,
+//! topic is full before the job starts, each source subtask reads [`READ_RATE`] records/s
+//! (`--max-rate`) while each sink subtask produces at most [`SINK_RATE`] records/s
+//! (`--sink-rate`), so the keyed exchange is full whenever a checkpoint is taken. The job is killed at random moments,
 //! restarted each time (once at another parallelism), then restored at a third parallelism
 //! and run to the end. The independent `read_committed` reader must see, per key, exactly
 //! the running sums of the input in order (nothing lost, nothing twice), and no
@@ -15,6 +15,8 @@ use weir_tests::harness::{Checkpoints, kill_at_random};
 /// takes 12 s of the sink's work, more than the killed runs last all together (8.2 s for
 /// this seed), so every kill lands while the job runs.
 const SINK_RATE: u64 = 500;
+/// Records per second each source subtask reads: six times what the sinks write.
+const READ_RATE: u64 = 1_500;
 const RECORDS: usize = 12_000;
 const KEYS: u64 = 30;
 const INTERVAL_MS: u64 = 200;
@@ -25,6 +27,11 @@ fn with_mode(mut c: Command, mode: &str) -> Command {
         mode,
         "--sink-rate",
         &SINK_RATE.to_string(),
+        // Reading at a pace keeps the sources running through every killed run: a source
+        // that read its whole (bounded) topic into the channels at once would leave only
+        // the final checkpoint, which is always aligned.
+        "--max-rate",
+        &READ_RATE.to_string(),
     ]);
     c
 }
