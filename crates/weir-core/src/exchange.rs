@@ -16,8 +16,17 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::sync::Arc;
 
+mod budget;
 mod bytes;
+pub use budget::{
+    BudgetClosed, BudgetConsumer, BudgetPolicy, ChannelBudget, MIN_IN_FLIGHT_RECORDS,
+    RECOMPUTE_INTERVAL, RateMeter,
+};
 pub use bytes::{Metered, record_size};
+
+/// What a consumer's receivers are, type-erased in [`ChannelSet::readers`]: each channel's
+/// receiver with the consumer end of its budget.
+pub type Readers<T> = Vec<(Receiver<Msg<T>>, BudgetConsumer)>;
 
 /// What travels on a channel between two subtasks.
 #[derive(Debug)]
@@ -83,6 +92,9 @@ pub struct ExchangeConfig {
     pub flush_interval_ms: i64,
     /// Number of key groups.
     pub max_parallelism: usize,
+    /// The time of data a channel holds: its writer waits once the channel holds the
+    /// records its consumer takes in this long (`None`: only `channel_capacity` bounds it).
+    pub in_flight_target: Option<std::time::Duration>,
 }
 
 /// One producer's writers and one consumer's readers, type-erased for the runtime.
@@ -131,6 +143,10 @@ pub trait LinkReader: Send {
     /// Waits up to `timeout` for the next message and appends its encoding to `buf` (so a
     /// caller can put a header in front without copying the message).
     fn next(&mut self, timeout: std::time::Duration, buf: &mut Vec<u8>) -> Result<LinkRead>;
+    /// Records in the last message [`LinkReader::next`] encoded (0: not a batch).
+    fn last_records(&self) -> usize {
+        0
+    }
 }
 
 /// The consumer end of a channel, decoding bytes into messages.
@@ -138,6 +154,14 @@ pub trait LinkWriter: Send {
     /// Decodes one message from `bytes` and sends it into the channel, blocking while the
     /// channel is full. Returns true when the message ended the channel.
     fn write(&mut self, bytes: &[u8]) -> Result<bool>;
+    /// Records in the last message [`LinkWriter::write`] delivered (0: not a batch).
+    fn last_records(&self) -> usize {
+        0
+    }
+    /// The budget of the channel this end writes into, for a link's flow control.
+    fn budget(&self) -> Option<Arc<ChannelBudget>> {
+        None
+    }
 }
 
 const TAG_BATCH: u8 = 0;
@@ -203,12 +227,14 @@ fn decode_msg<T: Data>(bytes: &[u8]) -> Result<Msg<T>> {
     })
 }
 
-struct TypedLinkReader<T>(Receiver<Msg<T>>);
+struct TypedLinkReader<T>(Receiver<Msg<T>>, BudgetConsumer, usize);
 
 impl<T: Data> LinkReader for TypedLinkReader<T> {
     fn next(&mut self, timeout: std::time::Duration, buf: &mut Vec<u8>) -> Result<LinkRead> {
         match self.0.recv_timeout(timeout) {
             Ok(msg) => {
+                self.2 = batch_len(&msg);
+                self.1.consumed(self.2);
                 encode_msg(&msg, buf)?;
                 Ok(LinkRead::Msg {
                     end: matches!(msg, Msg::End),
@@ -218,18 +244,41 @@ impl<T: Data> LinkReader for TypedLinkReader<T> {
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Ok(LinkRead::Disconnected),
         }
     }
+
+    fn last_records(&self) -> usize {
+        self.2
+    }
 }
 
-struct TypedLinkWriter<T>(Sender<Msg<T>>);
+/// Records in a message (0 for control messages).
+fn batch_len<T>(msg: &Msg<T>) -> usize {
+    match msg {
+        Msg::Batch(b) => b.len(),
+        _ => 0,
+    }
+}
+
+struct TypedLinkWriter<T>(Sender<Msg<T>>, Arc<ChannelBudget>, usize);
 
 impl<T: Data> LinkWriter for TypedLinkWriter<T> {
     fn write(&mut self, bytes: &[u8]) -> Result<bool> {
         let msg = decode_msg::<T>(bytes)?;
         let end = matches!(msg, Msg::End);
-        self.0
-            .send(msg)
-            .map_err(|_| Error::ChannelClosed("downstream subtask stopped".into()))?;
+        self.2 = batch_len(&msg);
+        let closed = || Error::ChannelClosed("downstream subtask stopped".into());
+        if self.2 > 0 {
+            self.1.acquire(self.2).map_err(|_| closed())?;
+        }
+        self.0.send(msg).map_err(|_| closed())?;
         Ok(end)
+    }
+
+    fn last_records(&self) -> usize {
+        self.2
+    }
+
+    fn budget(&self) -> Option<Arc<ChannelBudget>> {
+        Some(self.1.clone())
     }
 }
 
@@ -318,14 +367,17 @@ impl<T: Data> TypedExchange<T> {
         input: Box<dyn Any>,
         bytes: Option<Arc<std::sync::atomic::AtomicU64>>,
     ) -> Result<Box<dyn InputGate>> {
-        let receivers = *readers
-            .downcast::<Vec<Receiver<Msg<T>>>>()
-            .map_err(|_| Error::Config("internal: receiver type mismatch".into()))?;
+        let (receivers, consumers) = readers
+            .downcast::<Readers<T>>()
+            .map_err(|_| Error::Config("internal: receiver type mismatch".into()))?
+            .into_iter()
+            .unzip();
         let input = *input
             .downcast::<Box<dyn Output<T>>>()
             .map_err(|_| Error::Config("internal: operator input type mismatch".into()))?;
         Ok(Box::new(TypedGate {
             receivers,
+            consumers,
             input: RefCell::new(input),
             bytes,
         }))
@@ -342,25 +394,28 @@ impl<T: Data> TypedExchange<T> {
     ) -> ChannelSet {
         let mut link_list = Vec::new();
         let forward = matches!(self.partitioning, Partitioning::Forward) && producers == consumers;
-        let mut senders: Vec<Vec<Sender<Msg<T>>>> = (0..producers).map(|_| Vec::new()).collect();
-        let mut receivers: Vec<Vec<Receiver<Msg<T>>>> =
-            (0..consumers).map(|_| Vec::new()).collect();
+        let mut senders: Vec<Vec<(Sender<Msg<T>>, Arc<ChannelBudget>)>> =
+            (0..producers).map(|_| Vec::new()).collect();
+        let mut receivers: Vec<Readers<T>> = (0..consumers).map(|_| Vec::new()).collect();
+        let policy = BudgetPolicy::new(&cfg);
         for (p, row) in senders.iter_mut().enumerate() {
             for (c, rx) in receivers.iter_mut().enumerate() {
                 if forward && p != c {
                     continue;
                 }
                 let (s, r) = crossbeam_channel::bounded(cfg.channel_capacity);
+                let budget = ChannelBudget::new(policy);
                 if links {
+                    let consumer = BudgetConsumer::unmeasured(budget.clone());
                     link_list.push(Link {
                         producer: p,
                         consumer: c,
-                        reader: Box::new(TypedLinkReader(r.clone())),
-                        writer: Box::new(TypedLinkWriter(s.clone())),
+                        reader: Box::new(TypedLinkReader(r.clone(), consumer, 0)),
+                        writer: Box::new(TypedLinkWriter(s.clone(), budget.clone(), 0)),
                     });
                 }
-                row.push(s);
-                rx.push(r);
+                rx.push((r, BudgetConsumer::new(budget.clone())));
+                row.push((s, budget));
             }
         }
         let partitioning = if forward {
@@ -418,6 +473,7 @@ fn add_backpressured(waited: std::time::Duration) {
 /// Writes records into the channels of one producer subtask, batching per target.
 pub struct ChannelWriter<T> {
     senders: Vec<Sender<Msg<T>>>,
+    budgets: Vec<Arc<ChannelBudget>>,
     buffers: Vec<Vec<(T, Timestamp)>>,
     partitioning: Partitioning<T>,
     cfg: ExchangeConfig,
@@ -429,13 +485,15 @@ pub struct ChannelWriter<T> {
 
 impl<T: Data> ChannelWriter<T> {
     fn new(
-        senders: Vec<Sender<Msg<T>>>,
+        channels: Vec<(Sender<Msg<T>>, Arc<ChannelBudget>)>,
         partitioning: Partitioning<T>,
         cfg: ExchangeConfig,
         producer: usize,
     ) -> Self {
-        let n = senders.len();
+        let n = channels.len();
+        let (senders, budgets) = channels.into_iter().unzip();
         ChannelWriter {
+            budgets,
             buffers: (0..n).map(|_| Vec::with_capacity(cfg.batch_size)).collect(),
             senders,
             partitioning,
@@ -448,6 +506,15 @@ impl<T: Data> ChannelWriter<T> {
 
     fn send(&self, target: usize, msg: Msg<T>) -> Result<()> {
         let closed = || Error::ChannelClosed("downstream subtask stopped".into());
+        if let Msg::Batch(b) = &msg {
+            // The in-flight budget: waiting for it is backpressure as a full channel is.
+            let waited = self.budgets[target]
+                .acquire(b.len())
+                .map_err(|_| closed())?;
+            if let Some(waited) = waited {
+                add_backpressured(waited);
+            }
+        }
         match self.senders[target].try_send(msg) {
             Ok(()) => Ok(()),
             Err(crossbeam_channel::TrySendError::Full(msg)) => {
@@ -591,10 +658,16 @@ pub trait InputGate {
     fn complete(&self, ch: usize, op: SelectedOperation<'_>) -> Result<GateEvent>;
     /// Sends a control event into the operator input (single-input operators only).
     fn control(&self, event: Control) -> Result<()>;
+    /// The in-flight budgets of the gate's channels (records queued, for the metrics).
+    fn budgets(&self) -> Vec<Arc<ChannelBudget>> {
+        Vec::new()
+    }
 }
 
 struct TypedGate<T> {
     receivers: Vec<Receiver<Msg<T>>>,
+    /// The consumer end of each channel's in-flight budget.
+    consumers: Vec<BudgetConsumer>,
     input: RefCell<Box<dyn Output<T>>>,
     /// Where the encoded size of delivered records is added (the REST API is on).
     bytes: Option<Arc<std::sync::atomic::AtomicU64>>,
@@ -613,6 +686,7 @@ impl<T: Data> InputGate for TypedGate<T> {
         match op.recv(&self.receivers[ch]) {
             Ok(Msg::Batch(batch)) => {
                 let n = batch.len();
+                self.consumers[ch].consumed(n);
                 if let Some(bytes) = &self.bytes {
                     let size: usize = batch.iter().map(|(v, ts)| record_size(v, *ts)).sum();
                     bytes.fetch_add(size as u64, std::sync::atomic::Ordering::Relaxed);
@@ -634,6 +708,10 @@ impl<T: Data> InputGate for TypedGate<T> {
 
     fn control(&self, event: Control) -> Result<()> {
         self.input.borrow_mut().control(event)
+    }
+
+    fn budgets(&self) -> Vec<Arc<ChannelBudget>> {
+        self.consumers.iter().map(|c| c.budget().clone()).collect()
     }
 }
 

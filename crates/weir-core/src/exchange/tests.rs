@@ -6,6 +6,7 @@ fn cfg() -> ExchangeConfig {
         channel_capacity: 16,
         flush_interval_ms: 1_000,
         max_parallelism: 128,
+        in_flight_target: None,
     }
 }
 
@@ -20,11 +21,11 @@ fn marker(created_us: i64) -> LatencyMarker {
 /// Everything waiting on one consumer's channels, in order.
 fn drain(readers: &dyn Any) -> Vec<String> {
     let receivers = readers
-        .downcast_ref::<Vec<Receiver<Msg<i64>>>>()
+        .downcast_ref::<Readers<i64>>()
         .expect("receivers of i64");
     receivers
         .iter()
-        .flat_map(|r| r.try_iter())
+        .flat_map(|(r, _)| r.try_iter())
         .map(|m| format!("{m:?}"))
         .collect()
 }
