@@ -84,20 +84,24 @@ fn run(target: Option<Duration>, total: i64) -> Observed {
     let addr = handle.web_address().unwrap();
     let (mut peak, mut limit) = (0u64, 0u64);
     // At 2,000 records/s at most: several seconds; a busy machine takes longer.
-    wait_for("the sink to take every record", Duration::from_secs(120), || {
-        let ops = rest::get(addr, "/v1/operators");
-        let sink = &operator(&ops, "slow")["subtasks"][0];
-        if let Some(q) = sink["records_queued_in"].as_u64() {
-            peak = peak.max(q);
-            limit = sink["in_flight_limit_records"].as_u64().unwrap();
-        }
-        // A source has no input channels.
-        assert!(
-            operator(&ops, "numbers")["records_queued_in"].is_null(),
-            "{ops:#}"
-        );
-        count.load(Ordering::SeqCst) == total
-    });
+    wait_for(
+        "the sink to take every record",
+        Duration::from_secs(120),
+        || {
+            let ops = rest::get(addr, "/v1/operators");
+            let sink = &operator(&ops, "slow")["subtasks"][0];
+            if let Some(q) = sink["records_queued_in"].as_u64() {
+                peak = peak.max(q);
+                limit = sink["in_flight_limit_records"].as_u64().unwrap();
+            }
+            // A source has no input channels.
+            assert!(
+                operator(&ops, "numbers")["records_queued_in"].is_null(),
+                "{ops:#}"
+            );
+            count.load(Ordering::SeqCst) == total
+        },
+    );
     let (status, metrics) = rest::call(addr, "GET", "/metrics", "");
     assert_eq!(status, 200);
     release.store(true, Ordering::SeqCst);

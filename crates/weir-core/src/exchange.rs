@@ -28,6 +28,9 @@ pub use bytes::{Metered, record_size};
 /// receiver with the consumer end of its budget.
 pub type Readers<T> = Vec<(Receiver<Msg<T>>, BudgetConsumer)>;
 
+/// One producer's senders, each with its channel's budget.
+type Writers<T> = Vec<(Sender<Msg<T>>, Arc<ChannelBudget>)>;
+
 /// What travels on a channel between two subtasks.
 #[derive(Debug)]
 pub enum Msg<T> {
@@ -394,8 +397,7 @@ impl<T: Data> TypedExchange<T> {
     ) -> ChannelSet {
         let mut link_list = Vec::new();
         let forward = matches!(self.partitioning, Partitioning::Forward) && producers == consumers;
-        let mut senders: Vec<Vec<(Sender<Msg<T>>, Arc<ChannelBudget>)>> =
-            (0..producers).map(|_| Vec::new()).collect();
+        let mut senders: Vec<Writers<T>> = (0..producers).map(|_| Vec::new()).collect();
         let mut receivers: Vec<Readers<T>> = (0..consumers).map(|_| Vec::new()).collect();
         let policy = BudgetPolicy::new(&cfg);
         for (p, row) in senders.iter_mut().enumerate() {
@@ -485,7 +487,7 @@ pub struct ChannelWriter<T> {
 
 impl<T: Data> ChannelWriter<T> {
     fn new(
-        channels: Vec<(Sender<Msg<T>>, Arc<ChannelBudget>)>,
+        channels: Writers<T>,
         partitioning: Partitioning<T>,
         cfg: ExchangeConfig,
         producer: usize,
