@@ -216,6 +216,11 @@ impl ChannelBudget {
         self.limit.load(Ordering::Relaxed)
     }
 
+    /// Every consumer of the channel is gone.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
     /// The policy the limit follows.
     pub fn policy(&self) -> BudgetPolicy {
         self.policy
@@ -262,6 +267,30 @@ impl ChannelBudget {
         };
         self.waiting.store(false, Ordering::SeqCst);
         result
+    }
+
+    /// Waits up to `timeout` until [`ChannelBudget::link_room`] is at least `needed` (or
+    /// every consumer is gone): a link's receiver waiting to grant credit. Takes the
+    /// writer's place, so only the channel's writer may call it.
+    pub fn wait_for_link_room(&self, needed: u64, timeout: Duration) {
+        if self.link_room() >= needed {
+            return;
+        }
+        let deadline = Instant::now() + timeout;
+        let mut guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            self.waiting.store(true, Ordering::SeqCst);
+            let now = Instant::now();
+            if self.link_room() >= needed || self.closed.load(Ordering::SeqCst) || now >= deadline {
+                break;
+            }
+            guard = self
+                .room
+                .wait_timeout(guard, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        self.waiting.store(false, Ordering::SeqCst);
     }
 
     fn wake(&self) {

@@ -89,21 +89,27 @@ impl Grants {
     }
 
     /// The credit to grant now, given the room (`limit - queued`) of the receiving
-    /// channel; 0 for none. Counts it as outstanding.
+    /// channel; 0 for none. Afterwards the sender holds exactly the room (a debt from a
+    /// batch over its credit is already in the channel, so it is part of `queued`).
     pub(crate) fn grant(&mut self, room: u64, limit: u64) -> u32 {
-        let free = room as i64 - self.outstanding.max(0);
-        let threshold = self.batch.min(limit / 2).max(1) as i64;
-        if free < threshold {
+        let free = (room as i64 - self.outstanding).min(u32::MAX as i64);
+        if free < Self::threshold(self.batch, limit) {
             return 0;
         }
-        let g = free.min(u32::MAX as i64);
-        self.outstanding += g;
-        g as u32
+        self.outstanding += free;
+        free as u32
     }
 
-    /// The sender holds no credit as far as the receiver knows: it waits for a grant.
-    pub(crate) fn starved(&self) -> bool {
-        self.outstanding <= 0
+    /// A grant waits until it is worth a message: a batch, or half the limit.
+    fn threshold(batch: u64, limit: u64) -> i64 {
+        batch.min(limit / 2).max(1) as i64
+    }
+
+    /// The sender holds no credit as far as the receiver knows, so nothing more can
+    /// arrive until a grant: the room the channel needs for one, in records.
+    pub(crate) fn starved(&self, limit: u64) -> Option<u64> {
+        (self.outstanding <= 0)
+            .then(|| (Self::threshold(self.batch, limit) + self.outstanding).max(1) as u64)
     }
 
     /// Credit the sender holds as far as the receiver knows (negative: it overspent).
@@ -130,17 +136,22 @@ mod tests {
         // The consumer took 60 of the 100 and the limit grew to 1,000.
         assert_eq!(g.grant(1_000 - 40, 1_000), 960);
         assert_eq!(g.outstanding(), 960);
-        // An overspent sender (a batch over its credit) gets nothing until its debt is
-        // covered by room.
+        // An overspent sender (a batch over its credit) is starved; the batch is in the
+        // channel, so a grant gives it the room the channel has.
         g.received(1_000);
         assert_eq!(g.outstanding(), -40);
-        assert_eq!(g.grant(0, 1_000), 0);
-        assert_eq!(g.grant(30, 1_000), 0); // less than a batch
-        assert_eq!(g.grant(60, 1_000), 60);
-        assert_eq!(g.outstanding(), 20);
+        assert_eq!(g.starved(1_000), Some(10));
+        assert_eq!(g.grant(0, 1_000), 0); // 40 is less than a batch
+        assert_eq!(g.grant(30, 1_000), 70);
+        assert_eq!(g.outstanding(), 30);
+        assert_eq!(g.starved(1_000), None);
         // A control message costs one.
         g.received(0);
-        assert_eq!(g.outstanding(), 19);
+        assert_eq!(g.outstanding(), 29);
+        // A grant never goes past the room: 30 outstanding and room 60 give 30 more only
+        // when that is worth a message (a small limit lowers the threshold).
+        assert_eq!(g.grant(60, 1_000), 0);
+        assert_eq!(g.grant(60, 40), 31);
     }
 
     #[test]

@@ -214,8 +214,8 @@ fn deliver(
 ) {
     let budget = writer.budget();
     let mut reply: Option<UnboundedSender<Vec<u8>>> = None;
-    let mut starved = false;
     loop {
+        let mut waited = false;
         if let Some(to) = &reply {
             let n = match &budget {
                 Some(b) => grants.grant(b.link_room(), b.policy().link_limit(b.limit())),
@@ -225,11 +225,30 @@ fn deliver(
             if n > 0 {
                 let _ = to.send(wire::encode(&Wire::Credit { link: key, n }));
             }
-            starved = grants.starved();
+            // A sender without credit sends nothing until a grant: wait for the consuming
+            // task to free room instead (it wakes us), then grant.
+            if let Some(b) = &budget
+                && let Some(needed) = grants.starved(b.policy().link_limit(b.limit()))
+            {
+                b.wait_for_link_room(needed, Duration::from_millis(10));
+                if cancel.load(Ordering::Relaxed) || b.is_closed() {
+                    return;
+                }
+                waited = true;
+            }
         }
-        // A sender without credit waits for the consumer to free room: look again soon.
-        let wait = Duration::from_millis(if starved { 2 } else { 10 });
-        match rx.recv_timeout(wait) {
+        let next = if waited {
+            match rx.try_recv() {
+                Ok(d) => Ok(d),
+                Err(crossbeam_channel::TryRecvError::Empty) => continue,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+                }
+            }
+        } else {
+            rx.recv_timeout(Duration::from_millis(10))
+        };
+        match next {
             Ok((body, to)) => match writer.write(&body[wire::DATA_HEADER..]) {
                 Ok(end) => {
                     grants.received(writer.last_records());
