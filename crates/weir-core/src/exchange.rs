@@ -408,7 +408,7 @@ impl<T: Data> TypedExchange<T> {
                 let (s, r) = crossbeam_channel::bounded(cfg.channel_capacity);
                 let budget = ChannelBudget::new(policy);
                 if links {
-                    let consumer = BudgetConsumer::unmeasured(budget.clone());
+                    let consumer = BudgetConsumer::new(budget.clone());
                     link_list.push(Link {
                         producer: p,
                         consumer: c,

@@ -336,7 +336,6 @@ impl ChannelBudget {
 pub struct BudgetConsumer {
     budget: Arc<ChannelBudget>,
     meter: Cell<RateMeter>,
-    measures: bool,
 }
 
 impl BudgetConsumer {
@@ -346,24 +345,14 @@ impl BudgetConsumer {
         BudgetConsumer {
             budget,
             meter: Cell::new(RateMeter::default()),
-            measures: true,
         }
-    }
-
-    /// A consumer that frees room but leaves the limit where it is: the bridge of a
-    /// channel to another worker, whose receiving end holds the channel's budget (the
-    /// sending end so keeps its initial limit, about one batch).
-    pub fn unmeasured(budget: Arc<ChannelBudget>) -> Self {
-        let mut c = BudgetConsumer::new(budget);
-        c.measures = false;
-        c
     }
 
     /// `n` records were taken off the channel: frees their room, and every
     /// [`RECOMPUTE_INTERVAL`] sets the limit to the measured rate × the target.
     pub fn consumed(&self, n: usize) {
         self.budget.release(n as u64);
-        if self.measures && self.budget.policy.target.is_some() {
+        if self.budget.policy.target.is_some() {
             let mut meter = self.meter.get();
             if let Some(rate) = meter.observe(n as u64, Instant::now()) {
                 self.budget.set_limit(self.budget.policy.limit_for(rate));
