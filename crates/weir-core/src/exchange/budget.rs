@@ -21,10 +21,6 @@ use std::time::{Duration, Instant};
 /// How often the consumer recomputes a channel's limit from its measured rate.
 pub const RECOMPUTE_INTERVAL: Duration = Duration::from_millis(200);
 
-/// The first rate sample of a channel is taken this soon, so that a fast channel leaves
-/// its initial limit (one batch) quickly.
-const FIRST_SAMPLE: Duration = Duration::from_millis(20);
-
 /// A channel's limit never goes below this many records (nor below one batch).
 pub const MIN_IN_FLIGHT_RECORDS: u64 = 64;
 
@@ -77,7 +73,7 @@ impl BudgetPolicy {
     }
 
     /// The limit before anything was measured: the floor with a target (a channel grows
-    /// to its rate with its first sample, after 20 ms); unlimited without one.
+    /// to its rate within [`RECOMPUTE_INTERVAL`]); unlimited without one.
     pub fn initial_limit(&self) -> u64 {
         match self.target {
             Some(_) => self.floor,
@@ -108,21 +104,17 @@ impl BudgetPolicy {
 }
 
 /// The smoothed rate at which a consumer takes records, sampled every
-/// [`RECOMPUTE_INTERVAL`] (the first sample after 20 ms). Time is passed in, so it is
-/// tested without a clock.
+/// [`RECOMPUTE_INTERVAL`]. Time is passed in, so it is tested without a clock.
 ///
 /// ```
 /// use weir_core::exchange::RateMeter;
 /// use std::time::{Duration, Instant};
 /// let t0 = Instant::now();
-/// let ms = |m| t0 + Duration::from_millis(m);
 /// let mut m = RateMeter::default();
 /// assert_eq!(m.observe(100, t0), None); // starts the first window
-/// assert_eq!(m.observe(100, ms(10)), None);
-/// assert_eq!(m.observe(100, ms(40)), Some(5_000.0)); // 200 records in 40 ms
-/// assert_eq!(m.observe(100, ms(100)), None); // then every 200 ms
-/// let rate = m.observe(100, ms(240)).unwrap();
-/// assert!((rate - 4_200.0).abs() < 1e-6); // 200 in 200 ms, smoothed by 0.2
+/// assert_eq!(m.observe(100, t0 + Duration::from_millis(100)), None);
+/// let rate = m.observe(100, t0 + Duration::from_millis(200)).unwrap();
+/// assert_eq!(rate, 1_000.0); // 200 records in 200 ms
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RateMeter {
@@ -142,11 +134,7 @@ impl RateMeter {
         };
         self.records += n;
         let elapsed = now.saturating_duration_since(start);
-        let window = match self.smoothed {
-            None => FIRST_SAMPLE,
-            Some(_) => RECOMPUTE_INTERVAL,
-        };
-        if elapsed < window {
+        if elapsed < RECOMPUTE_INTERVAL {
             return None;
         }
         let sample = self.records as f64 / elapsed.as_secs_f64();

@@ -58,7 +58,7 @@ fn the_rate_is_sampled_per_window_and_smoothed() {
         (r - (2_000.0 + 0.2 * (100.0 - 2_000.0))).abs() < 1e-9,
         "{r}"
     );
-    // After the first sample, windows shorter than the interval only add up.
+    // Windows shorter than the interval only add up.
     assert_eq!(m.observe(1_000, ms(1_300)), None);
     let r2 = m.observe(1_000, ms(1_400)).unwrap();
     assert!((r2 - (r + 0.2 * (10_000.0 - r))).abs() < 1e-9, "{r2}");
