@@ -27,6 +27,8 @@ pub struct Setup {
     pub web: Option<String>,
     /// Latency tracking: a latency marker from each source subtask this many ms apart.
     pub latency_tracking_ms: Option<u64>,
+    /// The in-flight target in ms (0: fixed capacity; `None`: weir's default).
+    pub in_flight_target_ms: Option<u64>,
 }
 
 /// Running sum per key; emits (key, sum) on every 1000th record this subtask processes.
@@ -84,6 +86,9 @@ pub(crate) fn env(setup: &Setup) -> Env {
     }
     if let Some(ms) = setup.latency_tracking_ms {
         env = env.latency_tracking_interval(Duration::from_millis(ms));
+    }
+    if let Some(ms) = setup.in_flight_target_ms {
+        env = env.in_flight_target((ms > 0).then(|| Duration::from_millis(ms)));
     }
     env
 }

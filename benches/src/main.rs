@@ -66,6 +66,7 @@ mod async_io;
 mod backpressure;
 mod broadcast_rules;
 mod cluster;
+mod in_flight;
 mod jobs;
 mod latency;
 mod time_joins;
@@ -117,6 +118,9 @@ enum Job {
     /// paced source (fixed rate) → key_by → count per key → sink: source-to-sink latency
     /// percentiles, and the largest latency of records that crossed a checkpoint.
     Latency(latency::LatencyArgs),
+    /// Aligned checkpoint time through a backpressured pipeline (sink throttled), with
+    /// fixed-capacity channels (`--in-flight-target-ms 0`) or bounded in-flight data.
+    InFlightCheckpoint(in_flight::InFlightArgs),
     /// A worker of `keyed-sum --workers N`, started by the coordinating weir-bench.
     #[command(hide = true)]
     ClusterWorker(WorkerArgs),
@@ -284,6 +288,10 @@ struct Args {
     /// tracking on): for measuring what latency tracking costs.
     #[arg(long)]
     latency_tracking_ms: Option<u64>,
+    /// The time of data a channel holds, in milliseconds (bounded in-flight data; 0:
+    /// channels of a fixed capacity; default: weir's, 1 s).
+    #[arg(long)]
+    in_flight_target_ms: Option<u64>,
 }
 
 impl State {
@@ -320,6 +328,10 @@ impl Args {
             v.push("--latency-tracking-ms".into());
             v.push(ms.to_string());
         }
+        if let Some(ms) = self.in_flight_target_ms {
+            v.push("--in-flight-target-ms".into());
+            v.push(ms.to_string());
+        }
         v
     }
 
@@ -338,6 +350,7 @@ impl Args {
             cluster: None,
             web: self.web.clone(),
             latency_tracking_ms: self.latency_tracking_ms,
+            in_flight_target_ms: self.in_flight_target_ms,
         }
     }
 }
@@ -512,6 +525,18 @@ fn main() -> ExitCode {
                 }
             };
         }
+        Job::InFlightCheckpoint(a) => {
+            return match in_flight::run(a) {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("weir-bench: in-flight-checkpoint failed: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Job::AsyncIo(a) => {
             if a.capacity == 0 || a.latency_ms == 0 || a.parallelism == 0 {
                 eprintln!(
@@ -618,6 +643,7 @@ fn main() -> ExitCode {
         | Job::AsyncIo(_)
         | Job::Backpressure(_)
         | Job::Latency(_)
+        | Job::InFlightCheckpoint(_)
         | Job::UpsertPostgres(_) => {
             unreachable!("handled above")
         }

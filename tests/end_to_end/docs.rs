@@ -333,6 +333,12 @@ fn the_configuration_reference_states_the_defaults_the_code_has() {
         ),
         ("lease", duration(c.lease)),
         ("restart", restart),
+        (
+            "in_flight_target",
+            JobConfig::default()
+                .in_flight_target
+                .map_or("`None`".to_string(), duration),
+        ),
     ];
     let have = documented_defaults();
     let mut wrong = String::new();

@@ -16,6 +16,7 @@ mod dashboard;
 mod dedup;
 mod docs;
 mod errors;
+mod in_flight;
 mod joins;
 mod latency;
 mod logging;

@@ -16,7 +16,12 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::sync::Arc;
 
+mod budget;
 mod bytes;
+pub use budget::{
+    BudgetClosed, BudgetConsumer, BudgetPolicy, ChannelBudget, MIN_IN_FLIGHT_RECORDS,
+    RECOMPUTE_INTERVAL, RateMeter,
+};
 mod gate;
 mod unaligned;
 pub use bytes::{Metered, record_size};
@@ -92,6 +97,9 @@ pub struct ExchangeConfig {
     pub flush_interval_ms: i64,
     /// Number of key groups.
     pub max_parallelism: usize,
+    /// The time of data a channel holds: its writer waits once the channel holds the
+    /// records its consumer takes in this long (`None`: only `channel_capacity` bounds it).
+    pub in_flight_target: Option<std::time::Duration>,
 }
 
 /// One producer's writers and one consumer's readers, type-erased for the runtime.
@@ -151,6 +159,10 @@ pub trait LinkReader: Send {
         let _ = buf;
         false
     }
+    /// Records in the last message [`LinkReader::next`] encoded (0: not a batch).
+    fn last_records(&self) -> usize {
+        0
+    }
 }
 
 /// The consumer end of a channel, decoding bytes into messages.
@@ -158,6 +170,14 @@ pub trait LinkWriter: Send {
     /// Decodes one message from `bytes` and sends it into the channel, blocking while the
     /// channel is full. Returns true when the message ended the channel.
     fn write(&mut self, bytes: &[u8]) -> Result<bool>;
+    /// Records in the last message [`LinkWriter::write`] delivered (0: not a batch).
+    fn last_records(&self) -> usize {
+        0
+    }
+    /// The budget of the channel this end writes into, for a link's flow control.
+    fn budget(&self) -> Option<Arc<ChannelBudget>> {
+        None
+    }
 }
 
 const TAG_BATCH: u8 = 0;
@@ -233,17 +253,26 @@ struct TypedLinkReader<T> {
     held: Option<Msg<T>>,
     /// The producer still holds the priority lane (it is gone once it ended).
     priority_open: bool,
+    /// The consumer end of the channel's in-flight budget: what this end takes off the
+    /// channel leaves it.
+    budget: BudgetConsumer,
+    /// Records in the last message encoded (0 for anything but a batch).
+    last: usize,
 }
 
 impl<T: Data> LinkReader for TypedLinkReader<T> {
     fn next(&mut self, timeout: std::time::Duration, buf: &mut Vec<u8>) -> Result<LinkRead> {
+        self.last = 0;
         if self.next_priority(buf) {
             return Ok(LinkRead::Priority);
         }
         let msg = match self.held.take() {
             Some(m) => m,
             None if !self.priority_open => match self.data.recv_timeout(timeout) {
-                Ok(m) => m,
+                Ok(m) => {
+                    self.budget.consumed(batch_len(&m));
+                    m
+                }
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => return Ok(LinkRead::Timeout),
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
                     return Ok(LinkRead::Disconnected);
@@ -255,7 +284,10 @@ impl<T: Data> LinkReader for TypedLinkReader<T> {
                 let p = sel.recv(&self.priority);
                 match sel.select_timeout(timeout) {
                     Ok(op) if op.index() == d => match op.recv(&self.data) {
-                        Ok(m) => m,
+                        Ok(m) => {
+                            self.budget.consumed(batch_len(&m));
+                            m
+                        }
                         Err(_) => return Ok(LinkRead::Disconnected),
                     },
                     Ok(op) => {
@@ -281,10 +313,15 @@ impl<T: Data> LinkReader for TypedLinkReader<T> {
             encode_priority(pm, buf);
             return Ok(LinkRead::Priority);
         }
+        self.last = batch_len(&msg);
         encode_msg(&msg, buf)?;
         Ok(LinkRead::Msg {
             end: matches!(msg, Msg::End),
         })
+    }
+
+    fn last_records(&self) -> usize {
+        self.last
     }
 
     fn next_priority(&mut self, buf: &mut Vec<u8>) -> bool {
@@ -298,22 +335,46 @@ impl<T: Data> LinkReader for TypedLinkReader<T> {
     }
 }
 
+/// Records in a message (0 for anything but a batch).
+fn batch_len<T>(msg: &Msg<T>) -> usize {
+    match msg {
+        Msg::Batch(b) => b.len(),
+        _ => 0,
+    }
+}
+
 struct TypedLinkWriter<T> {
     data: Sender<Msg<T>>,
     priority: PriorityInlet,
+    /// The in-flight budget of the channel written into.
+    budget: Arc<ChannelBudget>,
+    /// Records in the last message delivered (0 for anything but a batch).
+    last: usize,
 }
 
 impl<T: Data> LinkWriter for TypedLinkWriter<T> {
     fn write(&mut self, bytes: &[u8]) -> Result<bool> {
+        self.last = 0;
         if self.priority.deliver(bytes)? {
             return Ok(false);
         }
         let msg = decode_msg::<T>(bytes)?;
         let end = matches!(msg, Msg::End);
-        self.data
-            .send(msg)
-            .map_err(|_| Error::ChannelClosed("downstream subtask stopped".into()))?;
+        let closed = || Error::ChannelClosed("downstream subtask stopped".into());
+        self.last = batch_len(&msg);
+        if self.last > 0 {
+            self.budget.acquire(self.last).map_err(|_| closed())?;
+        }
+        self.data.send(msg).map_err(|_| closed())?;
         Ok(end)
+    }
+
+    fn last_records(&self) -> usize {
+        self.last
+    }
+
+    fn budget(&self) -> Option<Arc<ChannelBudget>> {
+        Some(self.budget.clone())
     }
 }
 
@@ -433,6 +494,7 @@ impl<T: Data> TypedExchange<T> {
         let forward = matches!(self.partitioning, Partitioning::Forward) && producers == consumers;
         let mut senders: Vec<Vec<Lanes<T>>> = (0..producers).map(|_| Vec::new()).collect();
         let mut receivers: Vec<Vec<ChannelEnd<T>>> = (0..consumers).map(|_| Vec::new()).collect();
+        let policy = BudgetPolicy::new(&cfg);
         for (p, row) in senders.iter_mut().enumerate() {
             for (c, rx) in receivers.iter_mut().enumerate() {
                 if forward && p != c {
@@ -441,6 +503,7 @@ impl<T: Data> TypedExchange<T> {
                 let (s, r) = crossbeam_channel::bounded(cfg.channel_capacity);
                 // Unaligned barriers: never more than one per checkpoint in flight.
                 let (ps, pr) = crossbeam_channel::unbounded();
+                let budget = ChannelBudget::new(policy);
                 if links {
                     link_list.push(Link {
                         producer: p,
@@ -450,19 +513,24 @@ impl<T: Data> TypedExchange<T> {
                             priority: pr.clone(),
                             held: None,
                             priority_open: true,
+                            budget: BudgetConsumer::new(budget.clone()),
+                            last: 0,
                         }),
                         writer: Box::new(TypedLinkWriter {
                             data: s.clone(),
                             priority: PriorityInlet(ps.clone()),
+                            budget: budget.clone(),
+                            last: 0,
                         }),
                         priority: PriorityInlet(ps.clone()),
                     });
                 }
-                row.push((s, ps));
                 rx.push(ChannelEnd {
                     data: r,
                     priority: pr,
+                    budget: BudgetConsumer::new(budget.clone()),
                 });
+                row.push((s, ps, budget));
             }
         }
         let partitioning = if forward {
@@ -518,11 +586,13 @@ fn add_backpressured(waited: std::time::Duration) {
 }
 
 /// The producer end of one channel: its data lane and its priority lane.
-type Lanes<T> = (Sender<Msg<T>>, Sender<PriorityMsg>);
+type Lanes<T> = (Sender<Msg<T>>, Sender<PriorityMsg>, Arc<ChannelBudget>);
 
 /// Writes records into the channels of one producer subtask, batching per target.
 pub struct ChannelWriter<T> {
     senders: Vec<Sender<Msg<T>>>,
+    /// Per target: the channel's in-flight budget.
+    budgets: Vec<Arc<ChannelBudget>>,
     /// Per target: its priority lane (unaligned barriers).
     priority: Vec<Sender<PriorityMsg>>,
     /// Per target: data messages sent so far.
@@ -547,8 +617,16 @@ impl<T: Data> ChannelWriter<T> {
         producer: usize,
     ) -> Self {
         let n = lanes.len();
-        let (senders, priority) = lanes.into_iter().unzip();
+        let mut senders = Vec::with_capacity(n);
+        let mut priority = Vec::with_capacity(n);
+        let mut budgets = Vec::with_capacity(n);
+        for (s, p, b) in lanes {
+            senders.push(s);
+            priority.push(p);
+            budgets.push(b);
+        }
         ChannelWriter {
+            budgets,
             buffers: (0..n).map(|_| Vec::with_capacity(cfg.batch_size)).collect(),
             senders,
             priority,
@@ -572,6 +650,12 @@ impl<T: Data> ChannelWriter<T> {
     fn send_now(&mut self, target: usize, msg: Msg<T>) -> Result<()> {
         self.sent[target] += 1;
         let closed = || Error::ChannelClosed("downstream subtask stopped".into());
+        if let Msg::Batch(b) = &msg {
+            // The in-flight budget: waiting for it is backpressure as a full channel is.
+            if let Some(waited) = self.budgets[target].acquire(b.len()).map_err(|_| closed())? {
+                add_backpressured(waited);
+            }
+        }
         match self.senders[target].try_send(msg) {
             Ok(()) => Ok(()),
             Err(crossbeam_channel::TrySendError::Full(msg)) => {

@@ -27,6 +27,13 @@ pub struct JobConfig {
     pub batch_size: usize,
     /// Batches a channel holds before its writer blocks (the backpressure bound).
     pub channel_capacity: usize,
+    /// Bounded in-flight data (Flink's buffer debloating): a channel holds about this long
+    /// of its consumer's throughput, measured per channel every 200 ms, between one batch
+    /// (at least 64 records) and `channel_capacity` batches; its writer waits (counted as
+    /// backpressured time) above it. Keeps an aligned barrier from waiting behind seconds
+    /// of records queued for a slow operator. `None`: every channel holds
+    /// `channel_capacity` batches whatever its throughput. Default 1 s.
+    pub in_flight_target: Option<Duration>,
     /// A partly filled batch is sent after this long at the latest, in whole milliseconds
     /// (0: at every millisecond tick). A task that has nothing else to do (an idle
     /// source, an operator whose inputs are drained) sends its batches at once, so this
@@ -258,6 +265,9 @@ impl std::str::FromStr for CheckpointMode {
     }
 }
 
+/// The time of data a channel holds by default (see [`JobConfig::in_flight_target`]).
+pub const DEFAULT_IN_FLIGHT_TARGET: Duration = Duration::from_secs(1);
+
 impl Default for JobConfig {
     fn default() -> Self {
         JobConfig {
@@ -267,6 +277,7 @@ impl Default for JobConfig {
             max_parallelism: DEFAULT_MAX_PARALLELISM,
             batch_size: 1024,
             channel_capacity: 16,
+            in_flight_target: Some(DEFAULT_IN_FLIGHT_TARGET),
             flush_interval: Duration::from_millis(10),
             state_backend: BackendKind::Memory,
             progress_interval: None,
@@ -284,6 +295,17 @@ impl Default for JobConfig {
 }
 
 impl JobConfig {
+    /// The exchange's settings of this job.
+    pub(crate) fn exchange_config(&self) -> weir_core::exchange::ExchangeConfig {
+        weir_core::exchange::ExchangeConfig {
+            batch_size: self.batch_size,
+            channel_capacity: self.channel_capacity,
+            flush_interval_ms: self.flush_interval.as_millis() as i64,
+            max_parallelism: self.max_parallelism,
+            in_flight_target: self.in_flight_target,
+        }
+    }
+
     /// Checks the configuration; the error says which setting to change and how.
     pub fn validate(&self) -> Result<()> {
         if self.parallelism == 0 {
@@ -315,6 +337,13 @@ impl JobConfig {
         if self.channel_capacity == 0 {
             return Err(Error::Config(
                 "channel capacity must be at least 1 batch".into(),
+            ));
+        }
+        if self.in_flight_target == Some(Duration::ZERO) {
+            return Err(Error::Config(
+                "the in-flight target must be longer than 0 ms (1 s is the default); set it to \
+                 None for channels of a fixed capacity"
+                    .into(),
             ));
         }
         if self.latency_tracking_interval == Some(Duration::ZERO) {

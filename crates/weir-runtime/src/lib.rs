@@ -24,7 +24,9 @@ mod tls;
 mod web;
 
 pub use cluster::{ClusterConfig, ClusterRole, Joined, join};
-pub use config::{CheckpointConfig, CheckpointMode, DEFAULT_ALIGNED_TIMEOUT, JobConfig};
+pub use config::{
+    CheckpointConfig, CheckpointMode, DEFAULT_ALIGNED_TIMEOUT, DEFAULT_IN_FLIGHT_TARGET, JobConfig,
+};
 pub use job::{JobHandle, JobResult, SAVEPOINT_REQUEST_FILE, TaskStats, execute, start};
 pub use logging::LogFormat;
 pub use restart::{ExponentialDelay, FailureRate, FixedDelay, RestartStrategy};

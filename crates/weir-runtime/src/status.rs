@@ -21,6 +21,7 @@ use weir_core::graph::{Graph, NodeKind};
 use weir_core::ids::CheckpointId;
 use weir_core::time::{MAX_WATERMARK, MIN_WATERMARK};
 
+mod in_flight;
 mod partitions;
 mod prometheus;
 mod task;
@@ -327,6 +328,11 @@ impl JobStatus {
                             bytes_out: task::load(&n.bytes_out).filter(|_| self.measure_bytes),
                             state_bytes: task::state(&n.state_bytes),
                             partitions: n.partition_figures(),
+                            in_flight: n
+                                .queued_in
+                                .as_ref()
+                                .and_then(|q| q.figures())
+                                .map(Into::into),
                         })
                         .collect(),
                 }
@@ -394,6 +400,9 @@ impl JobStatus {
                     if let (Some(c), Some(v)) = (c, v) {
                         c.store(v, Ordering::Relaxed);
                     }
+                }
+                if let Some(q) = &cells.queued_in {
+                    q.report(n.in_flight.map(Into::into));
                 }
                 *cells
                     .remote_partitions

@@ -506,6 +506,10 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
                     None => edge.exchange.bind(readers, input)?,
                 });
             }
+            // The records in flight on the input channels, for the views and /metrics.
+            if let Some(q) = metrics.node(spec.head).and_then(|c| c.queued_in.as_ref()) {
+                gates.iter().for_each(|g| q.add(g.budgets()));
+            }
             // Records in are counted per batch and watermarks as they are forwarded.
             let cells = counted.and_then(|m| m.node(spec.head));
             run_operator(job, gates, control, cells, &mut ck, &channel_state)

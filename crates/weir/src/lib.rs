@@ -163,6 +163,22 @@ impl Env {
         self
     }
 
+    /// Sets the time of data a channel between tasks holds (bounded in-flight data; default
+    /// 1 s of its consumer's throughput); `None` keeps every channel at its full capacity.
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// use std::time::Duration;
+    /// let env = Env::new().in_flight_target(Some(Duration::from_millis(500)));
+    /// assert_eq!(env.config().in_flight_target, Some(Duration::from_millis(500)));
+    /// let fixed = Env::new().in_flight_target(None);
+    /// assert_eq!(fixed.config().in_flight_target, None);
+    /// ```
+    pub fn in_flight_target(mut self, target: Option<Duration>) -> Self {
+        self.config.in_flight_target = target;
+        self
+    }
+
     /// Turns on checkpoints (and restarts from them after a failure); a job started with a
     /// directory that holds a complete checkpoint of the same job resumes from it.
     pub fn checkpoints(mut self, config: CheckpointConfig) -> Self {

@@ -69,6 +69,10 @@ pub trait InputGate {
     fn resume(&self, ch: usize) -> Result<Option<GateEvent>>;
     /// Sends a control event into the operator input (single-input operators only).
     fn control(&self, event: Control) -> Result<()>;
+    /// The in-flight budgets of the gate's channels (records queued, for the metrics).
+    fn budgets(&self) -> Vec<Arc<super::ChannelBudget>> {
+        Vec::new()
+    }
     /// Data messages taken from channel `ch` so far.
     fn taken(&self, ch: usize) -> u64;
     /// Starts keeping channel `ch`'s records as channel state (after a snapshot), up to
@@ -186,6 +190,7 @@ impl<T: Data> InputGate for TypedGate<T> {
             Ok(m) => m,
             Err(_) => return Ok(GateEvent::Disconnected),
         };
+        self.ends[ch].budget.consumed(super::batch_len(&msg));
         let index = self.take(ch);
         // A barrier put on the priority lane before this message was written is visible
         // now: it goes first, so no record after it is taken before it is known.
@@ -218,6 +223,10 @@ impl<T: Data> InputGate for TypedGate<T> {
 
     fn control(&self, event: Control) -> Result<()> {
         self.input.borrow_mut().control(event)
+    }
+
+    fn budgets(&self) -> Vec<Arc<super::ChannelBudget>> {
+        self.ends.iter().map(|e| e.budget.budget().clone()).collect()
     }
 
     fn taken(&self, ch: usize) -> u64 {
@@ -268,6 +277,7 @@ impl<T: Data> InputGate for TypedGate<T> {
             let Ok(msg) = self.ends[ch].data.try_recv() else {
                 return Ok(());
             };
+            self.ends[ch].budget.consumed(super::batch_len(&msg));
             let index = self.take(ch);
             if let Msg::Barrier(id) = &msg
                 && let Some(c) = self.captures[ch].borrow_mut().as_mut()

@@ -6,6 +6,7 @@ fn cfg() -> ExchangeConfig {
         channel_capacity: 16,
         flush_interval_ms: 1_000,
         max_parallelism: 128,
+        in_flight_target: None,
     }
 }
 

@@ -79,6 +79,9 @@ pub(super) fn unaligned_barriers() -> bool {
 pub struct ChannelEnd<T> {
     pub(super) data: Receiver<Msg<T>>,
     pub(super) priority: Receiver<PriorityMsg>,
+    /// The consumer end of the channel's in-flight budget: every batch taken off the data
+    /// lane is reported to it, whoever takes it (delivery, or a drain for channel state).
+    pub(super) budget: super::BudgetConsumer,
 }
 
 impl<T> ChannelEnd<T> {

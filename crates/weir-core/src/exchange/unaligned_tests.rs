@@ -16,6 +16,7 @@ fn cfg() -> ExchangeConfig {
         channel_capacity: 64,
         flush_interval_ms: 1_000,
         max_parallelism: MAXP,
+        in_flight_target: None,
     }
 }
 

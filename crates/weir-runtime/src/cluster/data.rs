@@ -7,21 +7,22 @@
 //! of any other attempt than the one it runs, so data of an old attempt never reaches the
 //! tasks of a new one.
 //!
-//! Flow control is credit-based per channel: a sender starts with as many credits as a
-//! local channel holds batches, spends one per message and gets one back when the
-//! receiver has handed the message to the consuming task. A slow consumer so stalls only
-//! its own channel; the connection, shared by many channels, keeps flowing.
+//! Flow control is credit-based per channel, in records, under the receiving channel's
+//! in-flight budget (see `credit.rs`): the receiver grants credit only for the room its
+//! channel has. A slow consumer so stalls only its own channel; the connection, shared by
+//! many channels, keeps flowing.
 //!
 //! Unaligned checkpoint barriers take no credit: the sender sends them as soon as they
 //! are on the channel's priority lane (also while a message waits for a credit), and the
 //! receiving connection hands them to the consumer's priority lane as the frame arrives,
 //! ahead of the data frames still queued for delivery.
 
+use super::credit::{self, Credit, Grants};
 use super::wire::{self, Body, Wire};
 use crate::task::LinkKey;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::UnboundedSender;
@@ -40,49 +41,6 @@ struct Inbound {
     queues: HashMap<LinkKey, crossbeam_channel::Sender<Delivery>>,
     /// The priority lanes of the same channels (unaligned barriers).
     priority: HashMap<LinkKey, weir_core::exchange::PriorityInlet>,
-}
-
-/// One link's credits: messages the receiver has room for.
-struct Credit {
-    n: Mutex<u32>,
-    more: Condvar,
-}
-
-impl Credit {
-    fn new(n: u32) -> Self {
-        Credit {
-            n: Mutex::new(n),
-            more: Condvar::new(),
-        }
-    }
-
-    /// Takes one credit, waiting for it; false when the attempt is cancelled first.
-    /// `meanwhile` runs every 10 ms of waiting (unaligned barriers go out then).
-    fn take(&self, cancel: &AtomicBool, mut meanwhile: impl FnMut()) -> bool {
-        let mut n = self.n.lock().unwrap_or_else(|p| p.into_inner());
-        while *n == 0 {
-            if cancel.load(Ordering::Relaxed) {
-                return false;
-            }
-            n = self
-                .more
-                .wait_timeout(n, Duration::from_millis(10))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-            if *n == 0 {
-                drop(n);
-                meanwhile();
-                n = self.n.lock().unwrap_or_else(|p| p.into_inner());
-            }
-        }
-        *n -= 1;
-        true
-    }
-
-    fn add(&self, k: u32) {
-        *self.n.lock().unwrap_or_else(|p| p.into_inner()) += k;
-        self.more.notify_one();
-    }
 }
 
 /// A channel of the current attempt that crosses to another worker.
@@ -150,8 +108,10 @@ impl DataPlane {
         addresses: &HashMap<u32, String>,
         links: Vec<RemoteLink>,
         cancel: &Arc<AtomicBool>,
-        credits: u32,
+        exchange: &weir_core::exchange::ExchangeConfig,
     ) -> Result<Vec<std::thread::JoinHandle<()>>> {
+        let credits = credit::initial(exchange);
+        let batch = exchange.batch_size;
         let mut threads = Vec::new();
         let mut outgoing: HashMap<u32, Vec<(LinkKey, Link)>> = HashMap::new();
         {
@@ -170,7 +130,8 @@ impl DataPlane {
                 let cancel = cancel.clone();
                 let (key, mut writer) = (l.key, l.link.writer);
                 threads.push(spawn("in", key, move || {
-                    deliver(key, &mut *writer, rx, &cancel)
+                    let grants = Grants::new(credits, batch);
+                    deliver(key, &mut *writer, rx, grants, &cancel)
                 })?);
             }
         }
@@ -244,7 +205,7 @@ fn send(
             }
             Ok(LinkRead::Msg { end }) => {
                 let mut gone = false;
-                let waiting = credit.take(cancel, || {
+                let waiting = credit.take(credit::cost(reader.last_records()), cancel, || {
                     let mut p = Vec::new();
                     wire::data_header(&key, &mut p);
                     if reader.next_priority(&mut p) {
@@ -264,18 +225,56 @@ fn send(
     }
 }
 
-/// Consumer side: hands each received message to the local channel, then returns a credit.
+/// Consumer side: hands each received message to the local channel, and grants credit
+/// for the room the channel's budget has (also as the consuming task frees room).
 fn deliver(
     key: LinkKey,
     writer: &mut dyn weir_core::exchange::LinkWriter,
     rx: crossbeam_channel::Receiver<Delivery>,
+    mut grants: Grants,
     cancel: &AtomicBool,
 ) {
+    let budget = writer.budget();
+    let mut reply: Option<UnboundedSender<Vec<u8>>> = None;
     loop {
-        match rx.recv_timeout(Duration::from_millis(10)) {
-            Ok((body, reply)) => match writer.write(&body[wire::DATA_HEADER..]) {
+        let mut waited = false;
+        if let Some(to) = &reply {
+            let n = match &budget {
+                Some(b) => grants.grant(b.link_room(), b.policy().link_limit(b.limit())),
+                // No budget to follow: give back what arrived.
+                None => grants.grant(u64::MAX / 4, u64::MAX / 4),
+            };
+            if n > 0 {
+                let _ = to.send(wire::encode(&Wire::Credit { link: key, n }));
+            }
+            // A sender without credit sends nothing until a grant: wait for the consuming
+            // task to free room instead (it wakes us), then grant.
+            if let Some(b) = &budget
+                && let Some(needed) = grants.starved(b.policy().link_limit(b.limit()))
+            {
+                b.wait_for_link_room(needed, Duration::from_millis(10));
+                if cancel.load(Ordering::Relaxed) || b.is_closed() {
+                    return;
+                }
+                waited = true;
+            }
+        }
+        let next = if waited {
+            match rx.try_recv() {
+                Ok(d) => Ok(d),
+                Err(crossbeam_channel::TryRecvError::Empty) => continue,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+                }
+            }
+        } else {
+            rx.recv_timeout(Duration::from_millis(10))
+        };
+        match next {
+            Ok((body, to)) => match writer.write(&body[wire::DATA_HEADER..]) {
                 Ok(end) => {
-                    let _ = reply.send(wire::encode(&Wire::Credit { link: key, n: 1 }));
+                    grants.received(writer.last_records());
+                    reply = Some(to);
                     if end {
                         return;
                     }
@@ -488,3 +487,7 @@ async fn serve(
     }
     writer.abort();
 }
+
+#[cfg(test)]
+#[path = "data_tests.rs"]
+mod tests;

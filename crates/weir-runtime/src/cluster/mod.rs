@@ -23,6 +23,7 @@
 
 mod auth;
 mod coordinator;
+mod credit;
 mod data;
 mod sent;
 mod staging;

@@ -20,7 +20,10 @@ use weir_core::checkpoint::OperatorSnapshot;
 /// may carry latency markers (a tag an older worker would reject as malformed), and a
 /// worker's figures carry its Kafka sources' partitions. 5: an acknowledgement may carry
 /// references to the files its worker stored itself (checkpoints on object storage)
-/// instead of their contents.
+/// instead of their contents. 6: a data link's credit counts records (under the receiving
+/// channel's in-flight budget), not messages; unaligned barriers cross a link ahead of its
+/// data (a priority frame); workers exchange their aligned sources' watermarks with the
+/// coordinator in the heartbeat.
 pub(crate) const PROTOCOL: u32 = 6;
 
 /// Largest frame accepted (a checkpoint acknowledgement carries the state files).
@@ -127,7 +130,8 @@ pub(crate) enum Wire {
     // Worker → worker.
     /// First message on a data connection.
     DataHello { attempt: u64, from: u32 },
-    /// The receiver has room for `n` more messages on `link`.
+    /// The receiver has room for `n` more records on `link` (a message without records
+    /// costs one).
     Credit { link: LinkKey, n: u32 },
 
     // Both ways.

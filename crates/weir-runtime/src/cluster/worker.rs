@@ -680,7 +680,7 @@ fn start_attempt(
         &addresses,
         remote,
         &cancel,
-        job.cfg.channel_capacity as u32,
+        &job.cfg.exchange_config(),
     ) {
         Ok(t) => threads.extend(t),
         Err(e) => {

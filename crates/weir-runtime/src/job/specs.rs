@@ -11,12 +11,7 @@ pub(super) fn task_specs(
     mut subset: Option<Subset<'_>>,
 ) -> Result<Vec<(TaskSpec, Sender<TaskCommand>)>> {
     let (graph, plan, cfg) = (&job.graph, &job.plan, &job.cfg);
-    let xcfg = ExchangeConfig {
-        batch_size: cfg.batch_size,
-        channel_capacity: cfg.channel_capacity,
-        flush_interval_ms: cfg.flush_interval.as_millis() as i64,
-        max_parallelism: cfg.max_parallelism,
-    };
+    let xcfg: ExchangeConfig = cfg.exchange_config();
     let local_set = subset.as_ref().map(|x| x.local);
     let is_local = |head: usize, s: usize| local_set.is_none_or(|l| l.contains(&(head, s)));
     let mut specs: HashMap<(usize, usize), (TaskSpec, Sender<TaskCommand>)> = HashMap::new();

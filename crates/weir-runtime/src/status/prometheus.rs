@@ -73,6 +73,22 @@ const FIGURES: &[Figure] = &[
         per_task: true,
     },
     Figure {
+        name: "weir_task_input_queued_records",
+        help: "Records queued in the task's input channels from other tasks: written upstream, not yet taken (in flight, what an aligned barrier waits behind).",
+        kind: "gauge",
+        field: "records_queued_in",
+        scale: 1.0,
+        per_task: true,
+    },
+    Figure {
+        name: "weir_task_input_in_flight_limit_records",
+        help: "The sum of the in-flight limits of the task's input channels, in records: about in_flight_target of throughput each (Flink's buffer debloating), or their capacity when it is off.",
+        kind: "gauge",
+        field: "in_flight_limit_records",
+        scale: 1.0,
+        per_task: true,
+    },
+    Figure {
         name: "weir_task_busy_time_ms_total",
         help: "Milliseconds the task was neither idle nor backpressured since it started (rate() of it is busy time per second).",
         kind: "counter",

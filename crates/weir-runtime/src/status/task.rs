@@ -27,6 +27,9 @@ pub(crate) struct NodeCells {
     /// The encoded size of the records the node put on channels to other tasks (`None`:
     /// it has no such output: a sink, or only chained consumers).
     pub bytes_out: Option<Arc<AtomicU64>>,
+    /// The node's input channels from other tasks, for the records in flight (`None`: it
+    /// has no such input).
+    pub queued_in: Option<super::in_flight::QueuedIn>,
     /// The live state size its state backend estimates (`u64::MAX`: unknown, or no keyed
     /// state), measured by the task at most once a second with the API on.
     pub state_bytes: Arc<AtomicU64>,
@@ -96,6 +99,8 @@ impl TaskMetrics {
                 watermark_in,
                 watermark_out: Arc::new(AtomicI64::new(MIN_WATERMARK)),
                 bytes_in: (!graph.nodes[n].inputs.is_empty() && !plan.chained[n]).then(cell),
+                queued_in: (!graph.nodes[n].inputs.is_empty() && !plan.chained[n])
+                    .then(super::in_flight::QueuedIn::default),
                 bytes_out: graph
                     .nodes
                     .iter()
@@ -198,6 +203,9 @@ pub(crate) struct NodeFigures {
     pub state_bytes: Option<u64>,
     /// The partitions a source reads.
     pub partitions: Vec<PartitionFigures>,
+    /// Records queued in the node's input channels and their limit.
+    #[serde(default)]
+    pub in_flight: Option<(u64, u64)>,
 }
 
 pub(super) fn cell() -> Arc<AtomicU64> {

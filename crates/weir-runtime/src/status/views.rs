@@ -126,6 +126,7 @@ impl JobStatus {
                     serde_json::json!({ "name": m.name, "labels": labels, "value": m.value })
                 })
                 .collect();
+                let in_flight = cells.queued_in.as_ref().and_then(|q| q.figures());
                 subtasks.push(serde_json::json!({
                     "subtask": t.subtask,
                     "running": !ended,
@@ -133,6 +134,8 @@ impl JobStatus {
                     "records_out": self.detailed().then_some(rout),
                     "bytes_in": task::load(&cells.bytes_in).filter(|_| self.bytes()),
                     "bytes_out": task::load(&cells.bytes_out).filter(|_| self.bytes()),
+                    "records_queued_in": in_flight.map(|f| f.queued),
+                    "in_flight_limit_records": in_flight.map(|f| f.limit),
                     "records_in_per_second": self.detailed().then(|| rate(rin, prev.nodes[pos].0)),
                     "records_out_per_second": self.detailed().then(|| rate(rout, prev.nodes[pos].1)),
                     "busy_ratio": busy,
@@ -202,6 +205,9 @@ impl JobStatus {
             o.insert("watermark_lag_ms".into(), serde_json::json!(lag));
             o.insert("bytes_in".into(), partitions::sum(&subtasks, "bytes_in"));
             o.insert("bytes_out".into(), partitions::sum(&subtasks, "bytes_out"));
+            for key in ["records_queued_in", "in_flight_limit_records"] {
+                o.insert(key.into(), partitions::sum(&subtasks, key));
+            }
             o.insert(
                 "state_bytes".into(),
                 partitions::sum(&subtasks, "state_bytes"),
