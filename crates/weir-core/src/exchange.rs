@@ -652,7 +652,10 @@ impl<T: Data> ChannelWriter<T> {
         let closed = || Error::ChannelClosed("downstream subtask stopped".into());
         if let Msg::Batch(b) = &msg {
             // The in-flight budget: waiting for it is backpressure as a full channel is.
-            if let Some(waited) = self.budgets[target].acquire(b.len()).map_err(|_| closed())? {
+            if let Some(waited) = self.budgets[target]
+                .acquire(b.len())
+                .map_err(|_| closed())?
+            {
                 add_backpressured(waited);
             }
         }

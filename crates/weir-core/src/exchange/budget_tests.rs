@@ -1,5 +1,5 @@
 use super::*;
-use crate::exchange::{Exchange, Msg, Partitioning, Readers, TypedExchange};
+use crate::exchange::{ChannelEnd, Exchange, Msg, Partitioning, TypedExchange};
 use crate::output::{Control, Output};
 
 fn policy(target_ms: Option<u64>, batch: usize, capacity: usize) -> BudgetPolicy {
@@ -120,9 +120,10 @@ pub(crate) fn slow_consumer(cfg: ExchangeConfig, rate: u64, total: u64) -> (u64,
     let readers = *set
         .readers
         .remove(0)
-        .downcast::<Readers<u64>>()
+        .downcast::<Vec<ChannelEnd<u64>>>()
         .expect("readers of u64");
-    let (rx, consumer) = readers.into_iter().next().expect("one channel");
+    let end = readers.into_iter().next().expect("one channel");
+    let (rx, consumer) = (end.data, end.budget);
     let budget = consumer.budget().clone();
     let producer = std::thread::spawn(move || {
         let mut w = *writer

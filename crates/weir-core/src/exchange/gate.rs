@@ -226,7 +226,10 @@ impl<T: Data> InputGate for TypedGate<T> {
     }
 
     fn budgets(&self) -> Vec<Arc<super::ChannelBudget>> {
-        self.ends.iter().map(|e| e.budget.budget().clone()).collect()
+        self.ends
+            .iter()
+            .map(|e| e.budget.budget().clone())
+            .collect()
     }
 
     fn taken(&self, ch: usize) -> u64 {

@@ -89,6 +89,12 @@ impl<T> ChannelEnd<T> {
     pub fn data(&self) -> &Receiver<Msg<T>> {
         &self.data
     }
+
+    /// The consumer end of the channel's in-flight budget: whoever takes a batch off
+    /// [`ChannelEnd::data`] reports it here.
+    pub fn budget(&self) -> &super::BudgetConsumer {
+        &self.budget
+    }
 }
 
 /// Hands unaligned barriers that arrive from another process to a channel's priority lane

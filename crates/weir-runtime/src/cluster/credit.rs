@@ -166,7 +166,10 @@ mod tests {
         let cancel = AtomicBool::new(false);
         assert!(c.take(cost(25), &cancel, || {}));
         cancel.store(true, Ordering::Relaxed);
-        assert!(!c.take(cost(1), &cancel, || {}), "no credit left: it must wait");
+        assert!(
+            !c.take(cost(1), &cancel, || {}),
+            "no credit left: it must wait"
+        );
         c.add(20);
         assert!(c.take(cost(0), &cancel, || {}));
         assert_eq!(*c.n.lock().unwrap(), 4);

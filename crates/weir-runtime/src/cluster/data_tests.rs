@@ -4,7 +4,7 @@
 use super::*;
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
-use weir_core::exchange::{Exchange, ExchangeConfig, Msg, Partitioning, Readers, TypedExchange};
+use weir_core::exchange::{ChannelEnd, Exchange, ExchangeConfig, Msg, Partitioning, TypedExchange};
 use weir_core::output::{Control, Output};
 
 struct Run {
@@ -81,9 +81,10 @@ fn remote_slow_consumer(cfg: ExchangeConfig, rate: u64, total: u64) -> Run {
     let readers = *there
         .readers
         .remove(0)
-        .downcast::<Readers<u64>>()
+        .downcast::<Vec<ChannelEnd<u64>>>()
         .expect("readers of u64");
-    let (rx, consumer) = readers.into_iter().next().expect("one channel");
+    let end = readers.into_iter().next().expect("one channel");
+    let (rx, consumer) = (end.data(), end.budget());
     let batch = cfg.batch_size as u64;
     let (mut taken, mut sum, mut peak) = (0u64, 0u64, 0u64);
     let deadline = Instant::now() + Duration::from_secs(120);
