@@ -138,3 +138,147 @@ impl<K: Clone + Eq + Hash, N: Clone + Eq + Hash> TimerQueue<K, N> {
         self.len == 0
     }
 }
+
+/// A timer queue on the heap ([`TimerQueue`]) or in the RocksDB backend's store, in time
+/// order there too (see docs/checkpoints.md, "Timers and windows in RocksDB"). Operators
+/// hold this and never ask which.
+pub struct TimerService<K, N> {
+    inner: Inner<K, N>,
+    /// A store error met where the caller could not be told (registering or deleting from
+    /// a function's context); reported by the next [`TimerService::pop_due`].
+    error: Option<crate::Error>,
+}
+
+enum Inner<K, N> {
+    Heap(TimerQueue<K, N>),
+    Store(crate::state::StoreTimers<K, N>),
+}
+
+impl<K, N> TimerService<K, N> {
+    /// A queue on the heap.
+    pub(crate) fn heap(q: TimerQueue<K, N>) -> Self {
+        TimerService {
+            inner: Inner::Heap(q),
+            error: None,
+        }
+    }
+}
+
+impl<K: crate::data::Key, N: crate::data::Data + Eq + Hash> TimerService<K, N> {
+    /// A queue in the persistent store, under table `name` and time domain `domain`.
+    pub(crate) fn in_store(
+        name: &str,
+        domain: u8,
+        store: std::rc::Rc<dyn crate::state::KvStore>,
+    ) -> crate::Result<Self> {
+        Ok(TimerService {
+            inner: Inner::Store(crate::state::StoreTimers::open(name, domain, store)?),
+            error: None,
+        })
+    }
+
+    /// The heap queue, if the timers live on the heap.
+    pub(crate) fn as_heap(&self) -> Option<&TimerQueue<K, N>> {
+        match &self.inner {
+            Inner::Heap(q) => Some(q),
+            Inner::Store(_) => None,
+        }
+    }
+
+    /// The store queue, if the timers live in the store.
+    pub(crate) fn as_store(&mut self) -> Option<&mut crate::state::StoreTimers<K, N>> {
+        match &mut self.inner {
+            Inner::Heap(_) => None,
+            Inner::Store(q) => Some(q),
+        }
+    }
+
+    fn keep<T>(&mut self, r: crate::Result<T>, or: T) -> T {
+        r.unwrap_or_else(|e| {
+            self.error.get_or_insert(e);
+            or
+        })
+    }
+
+    /// Registers a timer; false if it was already registered (or the store failed: the
+    /// error is reported by the next [`TimerService::pop_due`]).
+    pub fn register(&mut self, ts: Timestamp, key: K, ns: N) -> bool {
+        match &mut self.inner {
+            Inner::Heap(q) => q.register(ts, key, ns),
+            Inner::Store(q) => {
+                let r = q.register(ts, &key, &ns);
+                self.keep(r, false)
+            }
+        }
+    }
+
+    /// Deletes a timer; false if it was not registered.
+    pub fn delete(&mut self, ts: Timestamp, key: K, ns: N) -> bool {
+        match &mut self.inner {
+            Inner::Heap(q) => q.delete(ts, key, ns),
+            Inner::Store(q) => {
+                let r = q.delete(ts, &key, &ns);
+                self.keep(r, false)
+            }
+        }
+    }
+
+    /// Removes and returns due timers (time <= now) of the earliest time: all of them
+    /// on the heap, a batch in the store. Call repeatedly until `None`.
+    pub fn pop_due(&mut self, now: Timestamp) -> crate::Result<Option<(Timestamp, Vec<(K, N)>)>> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        match &mut self.inner {
+            Inner::Heap(q) => Ok(q.pop_due(now)),
+            Inner::Store(q) => q.pop_due(now),
+        }
+    }
+
+    /// The earliest registered time, if any.
+    pub fn next_time(&self) -> Option<Timestamp> {
+        match &self.inner {
+            Inner::Heap(q) => q.next_time(),
+            Inner::Store(q) => q.next_time(),
+        }
+    }
+
+    /// Number of live timers (in the store: counted once by reading them all, then kept).
+    pub fn len(&mut self) -> usize {
+        match &mut self.inner {
+            Inner::Heap(q) => q.len(),
+            Inner::Store(q) => {
+                let r = q.len();
+                self.keep(r, 0)
+            }
+        }
+    }
+
+    /// True when no timer is registered.
+    pub fn is_empty(&self) -> bool {
+        match &self.inner {
+            Inner::Heap(q) => q.is_empty(),
+            Inner::Store(q) => q.next_time().is_none(),
+        }
+    }
+
+    /// Deletes every timer; returns how many there were.
+    pub fn clear(&mut self) -> crate::Result<usize> {
+        match &mut self.inner {
+            Inner::Heap(q) => {
+                let n = q.len();
+                *q = TimerQueue::default();
+                Ok(n)
+            }
+            Inner::Store(q) => q.clear(),
+        }
+    }
+
+    /// Timers kept in memory: all of them on the heap, the pending changes in the store.
+    pub(crate) fn in_memory(&self) -> usize {
+        match &self.inner {
+            Inner::Heap(q) => q.len(),
+            Inner::Store(q) => q.cached(),
+        }
+    }
+}

@@ -377,6 +377,23 @@ impl KvStore for RocksStore {
     fn cache_capacity(&self) -> usize {
         self.cache_entries
     }
+    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut opts = rocksdb::ReadOptions::default();
+        opts.set_iterate_upper_bound(end.to_vec());
+        // Scans read key ranges (timers in time order), not single keys: the bloom
+        // filters cannot help, and a scan should not evict hot blocks of point reads.
+        opts.fill_cache(true);
+        let iter = self.db().iterator_opt(
+            rocksdb::IteratorMode::From(start, rocksdb::Direction::Forward),
+            opts,
+        );
+        let mut out = Vec::new();
+        for item in iter.take(limit) {
+            let (k, v) = item.map_err(|e| err("scan", &self.dir, e))?;
+            out.push((k.into_vec(), v.into_vec()));
+        }
+        Ok(out)
+    }
     fn settle(&self) -> Result<()> {
         self.settle_inflight()
     }

@@ -96,7 +96,7 @@ impl<K: Key, T> DedupFn<K, T> {
     /// Every remembered key has exactly one pending cleanup timer, so the timers tell the
     /// state's size and its oldest entry (correct after a restore too: timers are
     /// checkpointed).
-    fn update_gauges<O>(&self, ctx: &KeyedContext<'_, K, O>) {
+    fn update_gauges<O>(&self, ctx: &mut KeyedContext<'_, K, O>) {
         let (n, next) = ctx.processing_timers();
         self.metrics.entries.set(n as i64);
         match next {

@@ -13,7 +13,7 @@ use crate::state::{
     KeyContext, StateContext, StateTableInfo, ValueState, decode_key_groups, encode_by_key_group,
 };
 use crate::time::{MIN_WATERMARK, NO_TIMESTAMP, Timestamp};
-use crate::timer::{TimeDomain, TimerQueue};
+use crate::timer::{TimeDomain, TimerService};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -79,33 +79,43 @@ pub trait KeyedProcessFunction<K, I, O>: 'static {
     }
 }
 
-/// The event-time and processing-time timers of a keyed operator.
+/// The event-time and processing-time timers of a keyed operator: on the heap, or in
+/// RocksDB in time order when the job uses the RocksDB backend.
 pub struct Timers<K> {
-    event: TimerQueue<K, ()>,
-    processing: TimerQueue<K, ()>,
+    event: TimerService<K, ()>,
+    processing: TimerService<K, ()>,
 }
 
-impl<K: Key> Default for Timers<K> {
-    fn default() -> Self {
-        Timers {
-            event: TimerQueue::default(),
-            processing: TimerQueue::default(),
-        }
+/// Time-domain bytes of the timers' keys in the store.
+const EVENT: u8 = 0;
+const PROCESSING: u8 = 1;
+
+impl<K: Key> Timers<K> {
+    /// The timers of table `name`, in the backend's store if it has one.
+    fn new(state: &StateContext<K>, name: &str) -> Result<Self> {
+        Ok(Timers {
+            event: state.timer_service(name, EVENT)?,
+            processing: state.timer_service(name, PROCESSING)?,
+        })
     }
 }
 
-/// The timers of a keyed operator as a state table: (time, key, domain) per key group.
+/// The timers of a keyed operator as a state table: on the heap (time, key, domain) per
+/// key group; in the store, their pending changes.
 struct TimersTable<K>(Rc<std::cell::RefCell<Timers<K>>>);
 
 impl<K: Key> StateTableInfo for TimersTable<K> {
     fn entries(&self) -> usize {
         let t = self.0.borrow();
-        t.event.len() + t.processing.len()
+        t.event.in_memory() + t.processing.in_memory()
     }
     fn snapshot(&self, max_parallelism: usize) -> Result<KeyGroupBlobs> {
         let t = self.0.borrow();
-        let ev = t.event.entries();
-        let pt = t.processing.entries();
+        let (Some(event), Some(processing)) = (t.event.as_heap(), t.processing.as_heap()) else {
+            return Ok(Vec::new());
+        };
+        let ev = event.entries();
+        let pt = processing.entries();
         let items = ev
             .iter()
             .map(|(ts, k, ())| (k, (*ts, false)))
@@ -122,6 +132,20 @@ impl<K: Key> StateTableInfo for TimersTable<K> {
             }
         }
         Ok(())
+    }
+    fn is_persistent(&self) -> bool {
+        self.0.borrow_mut().event.as_store().is_some()
+    }
+    fn take_changes(&self) -> Result<Option<crate::state::Changes>> {
+        let mut t = self.0.borrow_mut();
+        let Timers { event, processing } = &mut *t;
+        let (Some(event), Some(processing)) = (event.as_store(), processing.as_store()) else {
+            return Ok(None);
+        };
+        let mut changes = event.changes();
+        event.take_changes_into(&mut changes)?;
+        processing.take_changes_into(&mut changes)?;
+        Ok(Some(changes))
     }
 }
 
@@ -236,7 +260,7 @@ impl<K: Key, O> KeyedContext<'_, K, O> {
     }
     /// How many processing-time timers this subtask has pending (all keys), and the
     /// earliest.
-    pub(crate) fn processing_timers(&self) -> (usize, Option<i64>) {
+    pub(crate) fn processing_timers(&mut self) -> (usize, Option<i64>) {
         (
             self.timers.processing.len(),
             self.timers.processing.next_time(),
@@ -269,7 +293,7 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> KeyedProcess<K, I, O,
         info: OpInfo,
     ) -> Result<Self> {
         guard(&info, || f.open(&mut state))?;
-        let timers = Rc::new(std::cell::RefCell::new(Timers::default()));
+        let timers = Rc::new(std::cell::RefCell::new(Timers::new(&state, "timers")?));
         state.register_table("timers", Rc::new(TimersTable(timers.clone())))?;
         Ok(KeyedProcess {
             key_fn,
@@ -300,8 +324,8 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> KeyedProcess<K, I, O,
     fn fire(&mut self, domain: TimeDomain, upto: Timestamp) -> Result<()> {
         loop {
             let due = match domain {
-                TimeDomain::EventTime => self.timers.borrow_mut().event.pop_due(upto),
-                TimeDomain::ProcessingTime => self.timers.borrow_mut().processing.pop_due(upto),
+                TimeDomain::EventTime => self.timers.borrow_mut().event.pop_due(upto)?,
+                TimeDomain::ProcessingTime => self.timers.borrow_mut().processing.pop_due(upto)?,
             };
             let Some((ts, keys)) = due else { return Ok(()) };
             for (k, ()) in keys {
@@ -353,9 +377,8 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> KeyedProcess<K, I, O,
         self.fire(TimeDomain::ProcessingTime, self.now)?;
         let (dropped, earliest) = {
             let mut t = self.timers.borrow_mut();
-            let pending = (t.processing.len(), t.processing.next_time());
-            t.processing = TimerQueue::default();
-            pending
+            let earliest = t.processing.next_time();
+            (t.processing.clear()?, earliest)
         };
         let subtask = self.info.subtask.to_string();
         let labels = [

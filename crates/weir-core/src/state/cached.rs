@@ -33,22 +33,30 @@ pub struct CachedTable<K, V> {
     store: Rc<dyn KvStore>,
     max_parallelism: usize,
     capacity: usize,
+    /// The key group of a key.
+    group: fn(&K, usize) -> u32,
 }
 
 /// The store key of `key` in table `name`.
 pub fn store_key<K: Key>(name: &str, key: &K, max_parallelism: usize) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(name.len() + 16);
-    store_key_into(name, key, max_parallelism, &mut out)?;
+    store_key_into(name, key, max_parallelism, own_group, &mut out)?;
     Ok(out)
+}
+
+/// The key group of a key that is itself the stream's key.
+fn own_group<K: Key>(key: &K, max_parallelism: usize) -> u32 {
+    key_group(key, max_parallelism).0
 }
 
 fn store_key_into<K: Key>(
     name: &str,
     key: &K,
     max_parallelism: usize,
+    group: fn(&K, usize) -> u32,
     out: &mut Vec<u8>,
 ) -> Result<()> {
-    let g = key_group(key, max_parallelism).0 as u16;
+    let g = group(key, max_parallelism) as u16;
     out.extend_from_slice(&g.to_be_bytes());
     out.extend_from_slice(name.as_bytes());
     out.push(0);
@@ -75,7 +83,7 @@ pub struct Changes {
 }
 
 impl Changes {
-    fn new(key_start: usize) -> Self {
+    pub(super) fn new(key_start: usize) -> Self {
         Changes {
             bytes: Vec::new(),
             spans: Vec::new(),
@@ -85,7 +93,7 @@ impl Changes {
 
     /// Appends a change whose store key and value `encode` appends to the buffer, the
     /// value starting at the offset it returns (`None`: a delete).
-    fn push_with(
+    pub(super) fn push_with(
         &mut self,
         encode: impl FnOnce(&mut Vec<u8>) -> Result<Option<usize>>,
     ) -> Result<()> {
@@ -157,23 +165,41 @@ impl Changes {
 
 impl<K: Key, V: Data> CachedTable<K, V> {
     pub(super) fn new(name: &str, store: Rc<dyn KvStore>) -> Self {
+        Self::with_group(name, store, own_group::<K>)
+    }
+
+    /// A table whose keys take the key group `group` gives them (a (key, window) pair:
+    /// its key's group, so a rescale keeps a key's windows with the key).
+    pub(super) fn with_group(
+        name: &str,
+        store: Rc<dyn KvStore>,
+        group: fn(&K, usize) -> u32,
+    ) -> Self {
         CachedTable {
             name: name.to_string(),
             map: FxHashMap::default(),
             max_parallelism: store.max_parallelism(),
             capacity: store.cache_capacity().max(1),
             store,
+            group,
         }
     }
 
-    fn get(&mut self, k: &K) -> Result<Option<V>> {
+    fn store_key(&self, k: &K) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(self.name.len() + 16);
+        store_key_into(&self.name, k, self.max_parallelism, self.group, &mut out)?;
+        Ok(out)
+    }
+
+    /// The value of `k`.
+    pub(crate) fn get(&mut self, k: &K) -> Result<Option<V>> {
         if let Some(slot) = self.map.get_mut(k) {
             slot.used = true;
             return Ok(slot.value.clone());
         }
         let value = match self
             .store
-            .get(&store_key(&self.name, k, self.max_parallelism)?)?
+            .get(&self.store_key(k)?)?
         {
             Some(bytes) => Some(codec::decode::<V>(&bytes)?),
             None => None,
@@ -190,7 +216,8 @@ impl<K: Key, V: Data> CachedTable<K, V> {
         Ok(value)
     }
 
-    fn put(&mut self, k: &K, value: Option<V>) -> Result<()> {
+    /// Sets (`Some`) or removes (`None`) the value of `k`.
+    pub(crate) fn put(&mut self, k: &K, value: Option<V>) -> Result<()> {
         match self.map.get_mut(k) {
             Some(slot) => {
                 slot.value = value;
@@ -222,7 +249,7 @@ impl<K: Key, V: Data> CachedTable<K, V> {
         }
         let value = match self
             .store
-            .get(&store_key(&self.name, k, self.max_parallelism)?)?
+            .get(&self.store_key(k)?)?
         {
             Some(bytes) => Some(codec::decode::<V>(&bytes)?),
             None => None,
@@ -242,7 +269,7 @@ impl<K: Key, V: Data> CachedTable<K, V> {
     }
 
     /// Changes the value of `k` in place and marks it for the store.
-    fn modify<R>(&mut self, k: &K, f: impl FnOnce(&mut Option<V>) -> R) -> Result<R> {
+    pub(crate) fn modify<R>(&mut self, k: &K, f: impl FnOnce(&mut Option<V>) -> R) -> Result<R> {
         let slot = self.slot(k)?;
         slot.dirty = true;
         Ok(f(&mut slot.value))
@@ -272,10 +299,10 @@ impl<K: Key, V: Data> CachedTable<K, V> {
     /// Encodes the changed entries and marks them clean.
     fn take_changes(&mut self) -> Result<Changes> {
         let mut changes = Changes::new(self.name.len() + 3);
-        let (name, max_parallelism) = (&self.name, self.max_parallelism);
+        let (name, max_parallelism, group) = (&self.name, self.max_parallelism, self.group);
         for (k, slot) in self.map.iter_mut().filter(|(_, s)| s.dirty) {
             changes.push_with(|buf| {
-                store_key_into(name, k, max_parallelism, buf)?;
+                store_key_into(name, k, max_parallelism, group, buf)?;
                 let Some(v) = &slot.value else {
                     return Ok(None);
                 };
@@ -454,6 +481,20 @@ mod tests {
         }
         fn cache_capacity(&self) -> usize {
             self.capacity
+        }
+        fn scan(
+            &self,
+            start: &[u8],
+            end: &[u8],
+            limit: usize,
+        ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+            Ok(self
+                .data
+                .borrow()
+                .range(start.to_vec()..end.to_vec())
+                .take(limit)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect())
         }
     }
 

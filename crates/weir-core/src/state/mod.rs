@@ -11,7 +11,12 @@
 
 mod cached;
 mod heap;
+mod timers;
+#[cfg(test)]
+mod timers_tests;
 mod ttl;
+
+pub(crate) use timers::StoreTimers;
 
 pub(crate) use ttl::now_ms;
 use ttl::{Ttl, TtlList, TtlMap, ttl_ms};
@@ -166,6 +171,8 @@ pub trait KvStore {
     fn max_parallelism(&self) -> usize;
     /// Entries each table keeps in its write-back cache.
     fn cache_capacity(&self) -> usize;
+    /// Up to `limit` entries with keys in `[start, end)`, in key order.
+    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
     /// Waits until a snapshot's writes still running in the background have reached the
     /// store (and fails if they failed). Caches call this before they evict entries, whose
     /// values may not be in the store until then.
@@ -226,6 +233,46 @@ impl<K: Key> StateContext<K> {
 
     fn store(&self) -> Option<Rc<dyn KvStore>> {
         self.backend.borrow().store()
+    }
+
+    /// True when the backend keeps state in a persistent store (RocksDB): operators then
+    /// keep their timers and window contents there too.
+    pub fn is_persistent(&self) -> bool {
+        self.store().is_some()
+    }
+
+    /// A timer queue for time domain `domain` (a byte of the key layout) of table `name`:
+    /// in the persistent store when the backend has one, on the heap otherwise. The
+    /// caller registers the table that snapshots it.
+    pub(crate) fn timer_service<N: Data + Eq + std::hash::Hash>(
+        &self,
+        name: &str,
+        domain: u8,
+    ) -> Result<crate::timer::TimerService<K, N>> {
+        match self.store() {
+            Some(store) => crate::timer::TimerService::in_store(name, domain, store),
+            None => Ok(crate::timer::TimerService::heap(
+                crate::timer::TimerQueue::default(),
+            )),
+        }
+    }
+
+    /// A write-back cached table in the persistent store, keyed by a state key whose key
+    /// group is that of `group_key(state key)` (windows: the key of a (key, window)
+    /// pair), or `None` when the backend keeps state on the heap.
+    pub(crate) fn store_table<SK: Key, V: Data>(
+        &mut self,
+        name: &str,
+        group_key: fn(&SK, usize) -> u32,
+    ) -> Result<Option<Rc<RefCell<CachedTable<SK, V>>>>> {
+        let Some(store) = self.store() else {
+            return Ok(None);
+        };
+        let t = Rc::new(RefCell::new(CachedTable::with_group(name, store, group_key)));
+        self.backend
+            .borrow_mut()
+            .register(name, Rc::new(cached::Info(t.clone())))?;
+        Ok(Some(t))
     }
 
     fn cached_table<V: Data>(
