@@ -126,11 +126,14 @@ impl<K: Key, N: Serialize + DeserializeOwned + Clone> StoreTimers<K, N> {
     fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<Vec<u8>>> {
         let mut out = Vec::new();
         let mut cur = start.to_vec();
+        // Small reads first (a head is one entry), larger while pending deletes hide
+        // the store's entries.
+        let mut batch = limit.clamp(1, SCAN_BATCH);
         loop {
-            let stored = self.store.scan(&cur, end, SCAN_BATCH)?;
+            let stored = self.store.scan(&cur, end, batch)?;
             // A full batch tells nothing about the store past its last key.
             let upto = match stored.last() {
-                Some((k, _)) if stored.len() == SCAN_BATCH => {
+                Some((k, _)) if stored.len() == batch => {
                     let mut next = k.clone();
                     next.push(0);
                     next
@@ -154,6 +157,7 @@ impl<K: Key, N: Serialize + DeserializeOwned + Clone> StoreTimers<K, N> {
                 return Ok(out);
             }
             cur = upto;
+            batch = (batch * 2).min(SCAN_BATCH);
         }
     }
 

@@ -4,6 +4,7 @@
 
 mod assigner;
 mod operator;
+mod stored;
 
 pub use assigner::{TimeWindow, WindowAssigner};
 pub(crate) use operator::{WindowFn, WindowOperator};

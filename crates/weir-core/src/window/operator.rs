@@ -12,9 +12,8 @@ use crate::data::{Data, Key};
 use crate::error::{Error, Result};
 use crate::ops::{OpInfo, guard};
 use crate::output::{Collector, Control, Output};
-use crate::state::{HeapValueTable, StateTableInfo, decode_key_groups, encode_by_key_group};
+use crate::state::{StateTableInfo, decode_key_groups, encode_by_key_group};
 use crate::time::{MIN_WATERMARK, NO_TIMESTAMP, Timestamp};
-use crate::timer::TimerQueue;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -112,35 +111,13 @@ impl<K: Key, A: Data> StateTableInfo for RefCell<FixedWindows<K, A>> {
     }
 }
 
-/// The timers of session windows, as a state table.
-struct SessionTimers<K>(Rc<RefCell<TimerQueue<K, TimeWindow>>>);
-
-impl<K: Key> StateTableInfo for SessionTimers<K> {
-    fn entries(&self) -> usize {
-        self.0.borrow().len()
-    }
-    fn snapshot(&self, max_parallelism: usize) -> Result<KeyGroupBlobs> {
-        let entries = self.0.borrow().entries();
-        encode_by_key_group(
-            max_parallelism,
-            entries.iter().map(|(ts, k, w)| (k, (*ts, *w))),
-        )
-    }
-    fn restore(&self, blobs: &KeyGroupBlobs) -> Result<()> {
-        let mut q = self.0.borrow_mut();
-        for (k, (ts, w)) in decode_key_groups::<K, (Timestamp, TimeWindow)>(blobs)? {
-            q.register(ts, k, w);
-        }
-        Ok(())
-    }
-}
-
-/// The open sessions of each key.
-type SessionTable<K, A> = Rc<RefCell<HeapValueTable<K, Vec<(TimeWindow, A)>>>>;
+use super::stored::{self, PaneTable, SessionTable, WindowTimers};
 
 enum Contents<K, A> {
-    /// Non-merging windows: one accumulator per (window, key).
+    /// Non-merging windows on the heap: one accumulator per (window, key), fired per window.
     Fixed(Rc<RefCell<FixedWindows<K, A>>>),
+    /// Non-merging windows in the store: one pane per (key, window), fired by its timers.
+    Panes(PaneTable<K, A>),
     /// Session windows: the open sessions of each key.
     Sessions(SessionTable<K, A>),
 }
@@ -152,7 +129,7 @@ pub(crate) struct WindowOperator<K, T, O, F: WindowFn<K, T, O>> {
     pub(crate) lateness: Timestamp,
     pub(crate) f: F,
     contents: Contents<K, F::Acc>,
-    timers: Rc<RefCell<TimerQueue<K, TimeWindow>>>,
+    timers: WindowTimers<K>,
     watermark: Timestamp,
     buf: Collector<O>,
     windows: Vec<TimeWindow>,
@@ -173,12 +150,13 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
         late: Option<Box<dyn Output<T>>>,
         info: OpInfo,
     ) -> Result<Self> {
-        let timers = Rc::new(RefCell::new(TimerQueue::default()));
-        if assigner.is_merging() {
-            state.register_table("window-timers", Rc::new(SessionTimers(timers.clone())))?;
-        }
+        // Fixed windows on the heap fire per window and need no timers; in the store every
+        // pane has its own.
+        let timers = stored::timers(state, assigner.is_merging() || state.is_persistent())?;
         let contents = if assigner.is_merging() {
-            Contents::Sessions(state.heap_value_table("window-sessions")?)
+            Contents::Sessions(SessionTable::new(state)?)
+        } else if let Some(panes) = stored::panes(state)? {
+            Contents::Panes(panes)
         } else {
             let t = Rc::new(RefCell::new(FixedWindows {
                 windows: BTreeMap::new(),
@@ -328,7 +306,7 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
         let Some(&w) = self.windows.first() else {
             return Ok(false);
         };
-        let sessions = table.borrow_mut().map.remove(&key).unwrap_or_default();
+        let sessions = table.take(&key)?;
         // Absorb every session that touches the growing window (a merge can make it reach
         // sessions it did not touch before), then fold them in window order.
         let mut merged = w;
@@ -351,9 +329,7 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
         if self.is_dropped(&merged) {
             kept.extend(absorbed);
             kept.sort_by_key(|(sw, _)| *sw);
-            if !kept.is_empty() {
-                table.borrow_mut().map.insert(key, kept);
-            }
+            table.put(key, kept)?;
             return Ok(false);
         }
         absorbed.sort_by_key(|(sw, _)| *sw);
@@ -379,9 +355,7 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
             kept.push((merged, acc));
         }
         kept.sort_by_key(|(w, _)| *w);
-        if !kept.is_empty() {
-            table.borrow_mut().map.insert(key, kept);
-        }
+        table.put(key, kept)?;
         Ok(true)
     }
 
@@ -391,41 +365,113 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
             return self.fire_fixed(table.clone(), wm);
         }
         loop {
-            let Some((ts, due)) = self.timers.borrow_mut().pop_due(wm) else {
+            let Some((ts, due)) = self.timers.borrow_mut().pop_due(wm)? else {
                 break;
             };
             for (key, w) in due {
-                let fire = ts == w.max_timestamp();
-                let cleanup = ts == self.cleanup_time(&w);
                 match &self.contents {
                     Contents::Fixed(_) => unreachable!("fixed windows fire without per-key timers"),
-                    Contents::Sessions(table) => {
-                        let table = table.clone();
-                        let mut t = table.borrow_mut();
-                        let Some(sessions) = t.map.get_mut(&key) else {
-                            continue;
-                        };
-                        let Some(pos) = sessions.iter().position(|(sw, _)| *sw == w) else {
-                            continue;
-                        };
-                        let acc = if cleanup {
-                            let (_, acc) = sessions.remove(pos);
-                            if sessions.is_empty() {
-                                t.map.remove(&key);
-                            }
-                            acc
-                        } else {
-                            sessions[pos].1.clone()
-                        };
-                        drop(t);
-                        if fire {
-                            self.emit(&key, &w, &acc)?;
-                        }
+                    Contents::Panes(panes) => {
+                        let panes = panes.clone();
+                        self.fire_pane(&panes, key, w, ts, wm)?;
                     }
+                    Contents::Sessions(_) => self.fire_session(key, w, ts)?,
                 }
             }
         }
         Ok(())
+    }
+
+    /// A session's timer: its end fires it, its cleanup time drops it.
+    fn fire_session(&mut self, key: K, w: TimeWindow, ts: Timestamp) -> Result<()> {
+        let Contents::Sessions(table) = &self.contents else {
+            unreachable!()
+        };
+        let fire = ts == w.max_timestamp();
+        let cleanup = ts == self.cleanup_time(&w);
+        let mut sessions = table.take(&key)?;
+        let Some(pos) = sessions.iter().position(|(sw, _)| *sw == w) else {
+            return table.put(key, sessions);
+        };
+        let acc = if cleanup {
+            sessions.remove(pos).1
+        } else {
+            sessions[pos].1.clone()
+        };
+        table.put(key.clone(), sessions)?;
+        if fire {
+            self.emit(&key, &w, &acc)?;
+        }
+        Ok(())
+    }
+
+    /// A pane's timer (in the store): its window's end fires it unless it fired, and it is
+    /// dropped once the watermark has passed its cleanup time.
+    fn fire_pane(
+        &mut self,
+        panes: &PaneTable<K, F::Acc>,
+        key: K,
+        w: TimeWindow,
+        ts: Timestamp,
+        wm: Timestamp,
+    ) -> Result<()> {
+        let pane = (key, w);
+        let mut t = panes.borrow_mut();
+        let Some((fired, acc)) = t.get(&pane)? else {
+            return Ok(());
+        };
+        let fire = ts == w.max_timestamp() && !fired;
+        if self.cleanup_time(&w) <= wm {
+            t.put(&pane, None)?;
+        } else if fire {
+            t.put(&pane, Some((true, acc.clone())))?;
+        }
+        drop(t);
+        if fire {
+            self.emit(&pane.0, &w, &acc)?;
+        }
+        Ok(())
+    }
+
+    /// Adds a record to its windows' panes in the store (fixed windows, RocksDB backend).
+    fn add_pane(&mut self, key: K, value: T) -> Result<bool> {
+        let Contents::Panes(panes) = &self.contents else {
+            unreachable!()
+        };
+        let panes = panes.clone();
+        let windows = std::mem::take(&mut self.windows);
+        let mut accepted = false;
+        let mut value = Some(value);
+        let n = windows.len();
+        for (i, w) in windows.iter().enumerate() {
+            if self.is_dropped(w) {
+                continue;
+            }
+            accepted = true;
+            let v = if i + 1 == n {
+                value.take().expect("last window takes the value")
+            } else {
+                value.clone().expect("value kept until the last window")
+            };
+            // A window created by a record within the allowed lateness is already due.
+            let due = w.max_timestamp() <= self.watermark;
+            let f = &self.f;
+            let (created, again) = panes.borrow_mut().modify(&(key.clone(), *w), |pane| {
+                let created = pane.is_none();
+                let (fired, acc) = pane.get_or_insert_with(|| (due, f.create()));
+                f.add(acc, v);
+                (created, fired.then(|| acc.clone()))
+            })?;
+            if created {
+                self.register(&key, *w);
+            }
+            if let Some(acc) = again {
+                // Within the allowed lateness after the window fired: fire again for this key.
+                self.emit(&key, w, &acc)?;
+            }
+        }
+        self.windows = windows;
+        Ok(accepted)
     }
 }
 
@@ -447,6 +493,7 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> Output<T> for WindowOperator<K, 
         let late_copy = self.late.as_ref().map(|_| value.clone());
         let accepted = match self.contents {
             Contents::Fixed(_) => self.add_fixed(key, value)?,
+            Contents::Panes(_) => self.add_pane(key, value)?,
             Contents::Sessions(_) => self.add_session(key, value)?,
         };
         if !accepted && let (Some(late), Some(v)) = (self.late.as_mut(), late_copy) {

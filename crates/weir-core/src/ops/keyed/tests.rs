@@ -200,5 +200,5 @@ fn at_end_of_input_due_processing_timers_fire_and_the_others_are_dropped_and_cou
         metrics::value("processing_timers_dropped_total", &labels),
         Some(4.0)
     );
-    assert_eq!(op.timers.borrow().processing.len(), 0);
+    assert_eq!(op.timers.borrow_mut().processing.len(), 0);
 }
