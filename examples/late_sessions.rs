@@ -5,7 +5,8 @@
 //! ```text
 //! cargo run --release --example late_sessions -- --input IN --output OUTDIR --checkpoint-dir CKDIR \
 //!     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
-//!     [--max-delay T] [--gap T] [--lateness T] [--state rocksdb|memory]
+//!     [--max-delay T] [--gap T] [--lateness T] [--state rocksdb|memory] \
+//!     [--state-cache-entries N] [--sliding SIZE,SLIDE]
 //! ```
 //!
 //! - IN holds lines `ts,key,value` (ts: the event time, an i64; key: text without commas;
@@ -24,6 +25,10 @@
 //!   at any moment (even with `kill -9`) and resumed, at any parallelism, the committed
 //!   files hold exactly what one uninterrupted run writes: the watermark is part of the
 //!   checkpoints (docs/checkpoints.md, "Event time").
+//! - `--sliding SIZE,SLIDE` uses sliding windows instead of sessions (each record in
+//!   SIZE/SLIDE windows; same output lines), `--state-cache-entries N` sets the RocksDB
+//!   backend's write-back cache per state table: far smaller than the windows' state, it
+//!   keeps window panes and timers in RocksDB rather than in memory.
 //! - `--max-rate` throttles the reader, so a kill can land mid-run.
 //! - Exits 0 once the input is consumed and the final checkpoint committed everything.
 
@@ -43,6 +48,8 @@ struct Args {
     gap: Timestamp,
     lateness: Timestamp,
     state: BackendKind,
+    /// Sliding windows (size, slide) instead of sessions.
+    sliding: Option<(Timestamp, Timestamp)>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -58,6 +65,8 @@ fn parse_args() -> anyhow::Result<Args> {
     } else {
         "memory"
     })?;
+    let mut cache_entries: Option<usize> = None;
+    let mut sliding = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -72,16 +81,34 @@ fn parse_args() -> anyhow::Result<Args> {
             "--gap" => gap = value()?.parse().context(flag)?,
             "--lateness" => lateness = value()?.parse().context(flag)?,
             "--state" => state = BackendKind::parse(&value()?)?,
+            "--state-cache-entries" => cache_entries = Some(value()?.parse().context(flag)?),
+            "--sliding" => {
+                let v = value()?;
+                let (size, slide) = v
+                    .split_once(',')
+                    .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+                    .with_context(|| {
+                        format!("--sliding takes SIZE,SLIDE (two integers), got {v:?}")
+                    })?;
+                if size <= 0 || slide <= 0 {
+                    bail!("--sliding {v}: SIZE and SLIDE must be positive");
+                }
+                sliding = Some((size, slide));
+            }
             "-h" | "--help" => {
                 println!(
                     "usage: late_sessions --input IN --output OUTDIR --checkpoint-dir CKDIR \
                      [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
-                     [--max-delay T] [--gap T] [--lateness T] [--state rocksdb|memory]"
+                     [--max-delay T] [--gap T] [--lateness T] [--state rocksdb|memory] \
+                     [--state-cache-entries N] [--sliding SIZE,SLIDE]"
                 );
                 std::process::exit(0);
             }
             other => bail!("unknown flag {other}; see --help"),
         }
+    }
+    if let Some(n) = cache_entries {
+        state = with_cache_entries(state, n)?;
     }
     Ok(Args {
         input: input.context("--input IN is required")?,
@@ -94,7 +121,26 @@ fn parse_args() -> anyhow::Result<Args> {
         gap,
         lateness,
         state,
+        sliding,
     })
+}
+
+/// The backend with a write-back cache of `n` entries per table (RocksDB only).
+fn with_cache_entries(state: BackendKind, n: usize) -> anyhow::Result<BackendKind> {
+    if n == 0 {
+        bail!("--state-cache-entries must be at least 1");
+    }
+    match state {
+        #[cfg(feature = "rocksdb")]
+        BackendKind::RocksDb(mut cfg) => {
+            cfg.cache_entries = n;
+            Ok(BackendKind::RocksDb(cfg))
+        }
+        other => bail!(
+            "--state-cache-entries applies to the rocksdb state backend only, not to `{}`",
+            other.name()
+        ),
+    }
 }
 
 /// One input record: (event time, key, value).
@@ -159,7 +205,10 @@ fn main() -> anyhow::Result<()> {
     let late = OutputTag::<Event>::new("late");
     let sessions = events
         .key_by(|e| e.1.clone())
-        .window(WindowAssigner::session(args.gap))
+        .window(match args.sliding {
+            Some((size, slide)) => WindowAssigner::sliding(size, slide),
+            None => WindowAssigner::session(args.gap),
+        })
         .allowed_lateness(args.lateness)
         .side_output_late_data(&late)
         .aggregate_with_window(CountSum, |key: &String, w: &TimeWindow, (n, sum)| {

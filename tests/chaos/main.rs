@@ -23,6 +23,7 @@ mod object_storage;
 mod ownership;
 mod property;
 mod restarts;
+mod rocks_windows;
 mod storage;
 mod tables;
 mod time_joins;

@@ -197,10 +197,7 @@ impl<K: Key, V: Data> CachedTable<K, V> {
             slot.used = true;
             return Ok(slot.value.clone());
         }
-        let value = match self
-            .store
-            .get(&self.store_key(k)?)?
-        {
+        let value = match self.store.get(&self.store_key(k)?)? {
             Some(bytes) => Some(codec::decode::<V>(&bytes)?),
             None => None,
         };
@@ -247,10 +244,7 @@ impl<K: Key, V: Data> CachedTable<K, V> {
             slot.used = true;
             return Ok(slot);
         }
-        let value = match self
-            .store
-            .get(&self.store_key(k)?)?
-        {
+        let value = match self.store.get(&self.store_key(k)?)? {
             Some(bytes) => Some(codec::decode::<V>(&bytes)?),
             None => None,
         };
@@ -482,12 +476,7 @@ mod tests {
         fn cache_capacity(&self) -> usize {
             self.capacity
         }
-        fn scan(
-            &self,
-            start: &[u8],
-            end: &[u8],
-            limit: usize,
-        ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
             Ok(self
                 .data
                 .borrow()

@@ -268,7 +268,9 @@ impl<K: Key> StateContext<K> {
         let Some(store) = self.store() else {
             return Ok(None);
         };
-        let t = Rc::new(RefCell::new(CachedTable::with_group(name, store, group_key)));
+        let t = Rc::new(RefCell::new(CachedTable::with_group(
+            name, store, group_key,
+        )));
         self.backend
             .borrow_mut()
             .register(name, Rc::new(cached::Info(t.clone())))?;

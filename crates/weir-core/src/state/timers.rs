@@ -183,7 +183,8 @@ impl<K: Key, N: Serialize + DeserializeOwned + Clone> StoreTimers<K, N> {
     }
 
     fn set(&mut self, store_key: Vec<u8>, live: bool) -> Result<()> {
-        self.overlay.insert(store_key, Pending { live, dirty: true });
+        self.overlay
+            .insert(store_key, Pending { live, dirty: true });
         if let Some(n) = &mut self.len {
             *n = if live { *n + 1 } else { n.saturating_sub(1) };
         }

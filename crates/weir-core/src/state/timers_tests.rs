@@ -194,6 +194,9 @@ fn negative_and_extreme_times_fire_in_order() {
     for (i, t) in [i64::MAX, 0, -1, i64::MIN, 1].into_iter().enumerate() {
         q.register(t, &(i as u32), &0).unwrap();
     }
-    let times: Vec<_> = drain(&mut q, i64::MAX).into_iter().map(|(t, _)| t).collect();
+    let times: Vec<_> = drain(&mut q, i64::MAX)
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect();
     assert_eq!(times, [i64::MIN, -1, 0, 1, i64::MAX]);
 }

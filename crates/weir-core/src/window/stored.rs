@@ -39,10 +39,7 @@ fn pane_group<K: Key>(pane: &(K, TimeWindow), max_parallelism: usize) -> u32 {
 }
 
 /// Creates the window timers and, if the operator `uses` them, registers their table.
-pub(super) fn timers<K: Key>(
-    state: &mut StateContext<K>,
-    uses: bool,
-) -> Result<WindowTimers<K>> {
+pub(super) fn timers<K: Key>(state: &mut StateContext<K>, uses: bool) -> Result<WindowTimers<K>> {
     let timers = Rc::new(RefCell::new(state.timer_service(TIMERS, EVENT)?));
     if uses {
         state.register_table(TIMERS, Rc::new(TimersTable(timers.clone())))?;
@@ -68,10 +65,12 @@ impl<K: Key, A: Data> SessionTable<K, A> {
     /// Creates the table (`window-sessions`) where the backend keeps state.
     pub(super) fn new(state: &mut StateContext<K>) -> Result<Self> {
         const NAME: &str = "window-sessions";
-        Ok(match state.store_table(NAME, |k: &K, p| key_group(k, p).0)? {
-            Some(t) => SessionTable::Store(t),
-            None => SessionTable::Heap(state.heap_value_table(NAME)?),
-        })
+        Ok(
+            match state.store_table(NAME, |k: &K, p| key_group(k, p).0)? {
+                Some(t) => SessionTable::Store(t),
+                None => SessionTable::Heap(state.heap_value_table(NAME)?),
+            },
+        )
     }
 
     /// Takes `key`'s sessions out of the table (empty if none).
