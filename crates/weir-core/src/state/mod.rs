@@ -11,6 +11,8 @@
 
 mod cached;
 mod heap;
+#[cfg(test)]
+pub(crate) mod test_store;
 mod timers;
 #[cfg(test)]
 mod timers_tests;

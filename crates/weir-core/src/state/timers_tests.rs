@@ -1,61 +1,15 @@
 //! The store-backed timer queue against the heap queue, over an in-memory ordered store.
 
+use super::KvStore;
+use super::test_store::MemStore as Store;
 use super::timers::StoreTimers;
-use super::{Changes, KvStore};
-use crate::error::Result;
 use crate::time::Timestamp;
 use crate::timer::TimerQueue;
 use proptest::prelude::*;
-use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
-/// An ordered in-memory store; counts the entries its scans return.
-#[derive(Default)]
-struct Store {
-    data: RefCell<BTreeMap<Vec<u8>, Vec<u8>>>,
-    capacity: usize,
-    scanned: Cell<usize>,
-}
-
-impl KvStore for Store {
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.data.borrow().get(key).cloned())
-    }
-    fn write(&self, changes: &Changes) -> Result<()> {
-        let mut d = self.data.borrow_mut();
-        for (k, v) in changes.sorted() {
-            match v {
-                Some(v) => d.insert(k.to_vec(), v.to_vec()),
-                None => d.remove(k),
-            };
-        }
-        Ok(())
-    }
-    fn max_parallelism(&self) -> usize {
-        16
-    }
-    fn cache_capacity(&self) -> usize {
-        self.capacity
-    }
-    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let out: Vec<_> = self
-            .data
-            .borrow()
-            .range(start.to_vec()..end.to_vec())
-            .take(limit)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        self.scanned.set(self.scanned.get() + out.len());
-        Ok(out)
-    }
-}
-
 fn store(capacity: usize) -> Rc<Store> {
-    Rc::new(Store {
-        capacity,
-        ..Store::default()
-    })
+    Rc::new(Store::new(capacity, 16))
 }
 
 /// What a checkpoint does with the queue: its changes written to the store.
