@@ -488,6 +488,10 @@ impl KeyedStateBackend for RocksDbBackend {
 }
 
 #[cfg(test)]
+#[path = "rocks_timers_tests.rs"]
+mod rocks_timers_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use weir_core::checkpoint::OperatorSnapshot;
