@@ -139,6 +139,9 @@ impl<K: Clone + Eq + Hash, N: Clone + Eq + Hash> TimerQueue<K, N> {
     }
 }
 
+/// Timers due at one time: the time and the (key, namespace) of each.
+pub type DueTimers<K, N> = (Timestamp, Vec<(K, N)>);
+
 /// A timer queue on the heap ([`TimerQueue`]) or in the RocksDB backend's store, in time
 /// order there too (see docs/checkpoints.md, "Timers and windows in RocksDB"). Operators
 /// hold this and never ask which.
@@ -225,7 +228,7 @@ impl<K: crate::data::Key, N: crate::data::Data + Eq + Hash> TimerService<K, N> {
 
     /// Removes and returns due timers (time <= now) of the earliest time: all of them
     /// on the heap, a batch in the store. Call repeatedly until `None`.
-    pub fn pop_due(&mut self, now: Timestamp) -> crate::Result<Option<(Timestamp, Vec<(K, N)>)>> {
+    pub fn pop_due(&mut self, now: Timestamp) -> crate::Result<Option<DueTimers<K, N>>> {
         if let Some(e) = self.error.take() {
             return Err(e);
         }

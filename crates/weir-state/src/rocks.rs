@@ -10,8 +10,10 @@
 //! Until that thread is done the task does not write to RocksDB or evict from the cache
 //! (the cache still holds every value being written). SST files are immutable, so
 //! checkpoint storage keeps each once and later checkpoints reference it (incremental
-//! checkpoints). Internal tables (timers, window contents) stay on the heap and are
-//! checkpointed as encoded key groups.
+//! checkpoints). Timers and window contents live in the database too (ordered timer keys,
+//! one pane per key and window; see `weir_core::state`), so they are checkpointed
+//! incrementally with the rest. A table registered as not persistent would be
+//! checkpointed as encoded key groups; weir's operators register none on this backend.
 //!
 //! Restoring — at any parallelism — opens the old subtasks' checkpointed databases
 //! read-only and copies the key groups this subtask now owns into a fresh instance.
@@ -378,11 +380,10 @@ impl KvStore for RocksStore {
         self.cache_entries
     }
     fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        // The upper bound lets RocksDB stop at `end` instead of reading the next key
+        // group's first block.
         let mut opts = rocksdb::ReadOptions::default();
         opts.set_iterate_upper_bound(end.to_vec());
-        // Scans read key ranges (timers in time order), not single keys: the bloom
-        // filters cannot help, and a scan should not evict hot blocks of point reads.
-        opts.fill_cache(true);
         let iter = self.db().iterator_opt(
             rocksdb::IteratorMode::From(start, rocksdb::Direction::Forward),
             opts,

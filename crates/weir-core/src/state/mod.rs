@@ -185,6 +185,9 @@ pub trait KvStore {
 
 type SharedBackend = Rc<RefCell<Box<dyn KeyedStateBackend>>>;
 
+/// A cached table shared by an operator and its backend.
+pub(crate) type SharedTable<SK, V> = Rc<RefCell<CachedTable<SK, V>>>;
+
 /// Creates state handles for one keyed operator instance.
 pub struct StateContext<K> {
     key: Rc<KeyContext<K>>,
@@ -266,7 +269,7 @@ impl<K: Key> StateContext<K> {
         &mut self,
         name: &str,
         group_key: fn(&SK, usize) -> u32,
-    ) -> Result<Option<Rc<RefCell<CachedTable<SK, V>>>>> {
+    ) -> Result<Option<SharedTable<SK, V>>> {
         let Some(store) = self.store() else {
             return Ok(None);
         };

@@ -20,6 +20,7 @@ use crate::codec;
 use crate::data::{Key, key_group};
 use crate::error::Result;
 use crate::time::Timestamp;
+use crate::timer::DueTimers;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::{BTreeMap, BTreeSet};
@@ -223,7 +224,7 @@ impl<K: Key, N: Serialize + DeserializeOwned + Clone> StoreTimers<K, N> {
 
     /// Removes and returns timers due at `now` (time <= now), all of the earliest time
     /// and one key group, at most [`POP_BATCH`] of them. Call repeatedly until `None`.
-    pub(crate) fn pop_due(&mut self, now: Timestamp) -> Result<Option<(Timestamp, Vec<(K, N)>)>> {
+    pub(crate) fn pop_due(&mut self, now: Timestamp) -> Result<Option<DueTimers<K, N>>> {
         loop {
             let Some(&(ts, g)) = self.order.first() else {
                 return Ok(None);

@@ -156,6 +156,12 @@ impl<K: Key, T: Clone, O, F: WindowFn<K, T, O>> WindowOperator<K, T, O, F> {
         let contents = if assigner.is_merging() {
             Contents::Sessions(SessionTable::new(state)?)
         } else if let Some(panes) = stored::panes(state)? {
+            let heap = stored::HeapPanes {
+                panes: panes.clone(),
+                timers: timers.clone(),
+                lateness,
+            };
+            state.register_table("window-contents", Rc::new(heap))?;
             Contents::Panes(panes)
         } else {
             let t = Rc::new(RefCell::new(FixedWindows {

@@ -280,6 +280,16 @@ fn per_key_fired_state_survives_another_checkpoint_and_rescale() {
     }
 }
 
+/// A job that switches from the memory backend to RocksDB keeps its open windows: the
+/// heap checkpoint's windows become panes and timers in the store.
+#[test]
+fn windows_checkpointed_on_the_heap_are_restored_into_the_store() {
+    let (a, b, snaps) = checkpoint_at_parallelism_2(Kind::Heap);
+    resume(&mut Subtask::new(1, 0, &snaps, Kind::Store), a, b);
+    let (a, b, snaps) = checkpoint_at_parallelism_2(Kind::Heap);
+    resume(&mut Subtask::new(3, 1, &snaps, Kind::Store), a, b);
+}
+
 /// Records of 40 keys, with times that go back past the watermark now and then: (key,
 /// value, time), and the watermark after each.
 fn stream(n: u64) -> Vec<(u64, i64, Timestamp, Timestamp)> {
@@ -318,21 +328,25 @@ fn a_rescaled_run_emits_what_an_uninterrupted_run_emits() {
     let input = stream(600);
     let (head, tail) = input.split_at(300);
     for assigner in [WindowAssigner::sliding(20, 5), WindowAssigner::session(4)] {
-        let mut whole = Subtask::with(assigner.clone(), 1, 0, &[], Kind::Heap);
+        let mut whole = Subtask::with(assigner, 1, 0, &[], Kind::Heap);
         feed(std::slice::from_mut(&mut whole), &input, 1);
         whole.watermark(Timestamp::MAX);
         let want = whole.take();
         assert!(want.len() > 200, "{} results", want.len());
-        for kind in KINDS {
+        for (kind, restored) in [
+            (Kind::Heap, Kind::Heap),
+            (Kind::Store, Kind::Store),
+            (Kind::Heap, Kind::Store),
+        ] {
             let mut before: Vec<Subtask> = (0..2)
-                .map(|s| Subtask::with(assigner.clone(), 2, s, &[], kind))
+                .map(|s| Subtask::with(assigner, 2, s, &[], kind))
                 .collect();
             feed(&mut before, head, 2);
             let got: Vec<_> = before.iter().flat_map(|s| s.take()).collect();
             let snaps: Vec<Snapshot> = before.iter().map(Subtask::snapshot).collect();
             for p in [1, 3] {
                 let mut after: Vec<Subtask> = (0..p)
-                    .map(|s| Subtask::with(assigner.clone(), p, s, &snaps, kind))
+                    .map(|s| Subtask::with(assigner, p, s, &snaps, restored))
                     .collect();
                 feed(&mut after, tail, p);
                 let mut all = got.clone();
@@ -343,7 +357,7 @@ fn a_rescaled_run_emits_what_an_uninterrupted_run_emits() {
                 all.sort_unstable();
                 assert_eq!(
                     all, want,
-                    "{assigner:?} on {kind:?}, restored at parallelism {p}"
+                    "{assigner:?} on {kind:?}, restored on {restored:?} at parallelism {p}"
                 );
             }
         }

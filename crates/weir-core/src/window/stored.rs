@@ -14,8 +14,8 @@ use crate::checkpoint::KeyGroupBlobs;
 use crate::data::{Data, Key, key_group};
 use crate::error::Result;
 use crate::state::{
-    CachedTable, Changes, HeapValueTable, StateContext, StateTableInfo, decode_key_groups,
-    encode_by_key_group,
+    CachedTable, Changes, HeapValueTable, SharedTable, StateContext, StateTableInfo,
+    decode_key_groups, encode_by_key_group,
 };
 use crate::time::Timestamp;
 use crate::timer::TimerService;
@@ -54,11 +54,14 @@ pub(super) fn panes<K: Key, A: Data>(
     state.store_table("window-panes", pane_group::<K>)
 }
 
+/// A key's open sessions, in window order.
+type Sessions<A> = Vec<(TimeWindow, A)>;
+
 /// The open sessions of each key, on the heap or in the store.
 #[derive(Clone)]
 pub(super) enum SessionTable<K, A> {
-    Heap(Rc<RefCell<HeapValueTable<K, Vec<(TimeWindow, A)>>>>),
-    Store(Rc<RefCell<CachedTable<K, Vec<(TimeWindow, A)>>>>),
+    Heap(Rc<RefCell<HeapValueTable<K, Sessions<A>>>>),
+    Store(SharedTable<K, Sessions<A>>),
 }
 
 impl<K: Key, A: Data> SessionTable<K, A> {
@@ -74,7 +77,7 @@ impl<K: Key, A: Data> SessionTable<K, A> {
     }
 
     /// Takes `key`'s sessions out of the table (empty if none).
-    pub(super) fn take(&self, key: &K) -> Result<Vec<(TimeWindow, A)>> {
+    pub(super) fn take(&self, key: &K) -> Result<Sessions<A>> {
         match self {
             SessionTable::Heap(t) => Ok(t.borrow_mut().map.remove(key).unwrap_or_default()),
             SessionTable::Store(t) => {
@@ -89,7 +92,7 @@ impl<K: Key, A: Data> SessionTable<K, A> {
     }
 
     /// Puts `key`'s sessions back (none: the key has no open session).
-    pub(super) fn put(&self, key: K, sessions: Vec<(TimeWindow, A)>) -> Result<()> {
+    pub(super) fn put(&self, key: K, sessions: Sessions<A>) -> Result<()> {
         match self {
             SessionTable::Heap(t) => {
                 if !sessions.is_empty() {
@@ -142,5 +145,42 @@ impl<K: Key> StateTableInfo for TimersTable<K> {
         let mut changes = store.changes();
         store.take_changes_into(&mut changes)?;
         Ok(Some(changes))
+    }
+}
+
+/// Loads the fixed windows of a memory-backend checkpoint (`window-contents`: per key,
+/// max timestamp, start, fired, accumulator) into panes and timers in the store, so a job
+/// that switches to RocksDB keeps its open windows. Its own snapshots are the store's.
+pub(super) struct HeapPanes<K: Key, A: Data> {
+    pub(super) panes: PaneTable<K, A>,
+    pub(super) timers: WindowTimers<K>,
+    pub(super) lateness: Timestamp,
+}
+
+impl<K: Key, A: Data> StateTableInfo for HeapPanes<K, A> {
+    fn entries(&self) -> usize {
+        0
+    }
+    fn snapshot(&self, _max_parallelism: usize) -> Result<KeyGroupBlobs> {
+        Ok(Vec::new())
+    }
+    fn restore(&self, blobs: &KeyGroupBlobs) -> Result<()> {
+        let mut panes = self.panes.borrow_mut();
+        let mut timers = self.timers.borrow_mut();
+        type Entry<A> = (Timestamp, Timestamp, bool, A);
+        for (k, (max_ts, start, fired, acc)) in decode_key_groups::<K, Entry<A>>(blobs)? {
+            let w = TimeWindow::new(start, max_ts.saturating_add(1));
+            if !fired {
+                timers.register(max_ts, k.clone(), w);
+            }
+            if self.lateness > 0 {
+                timers.register(max_ts.saturating_add(self.lateness), k.clone(), w);
+            }
+            panes.put(&(k, w), Some((fired, acc)))?;
+        }
+        Ok(())
+    }
+    fn is_persistent(&self) -> bool {
+        true
     }
 }
