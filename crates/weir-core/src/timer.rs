@@ -140,12 +140,12 @@ impl<K: Clone + Eq + Hash, N: Clone + Eq + Hash> TimerQueue<K, N> {
 }
 
 /// Timers due at one time: the time and the (key, namespace) of each.
-pub type DueTimers<K, N> = (Timestamp, Vec<(K, N)>);
+pub(crate) type DueTimers<K, N> = (Timestamp, Vec<(K, N)>);
 
 /// A timer queue on the heap ([`TimerQueue`]) or in the RocksDB backend's store, in time
 /// order there too (see docs/checkpoints.md, "Timers and windows in RocksDB"). Operators
 /// hold this and never ask which.
-pub struct TimerService<K, N> {
+pub(crate) struct TimerService<K, N> {
     inner: Inner<K, N>,
     /// A store error met where the caller could not be told (registering or deleting from
     /// a function's context); reported by the next [`TimerService::pop_due`].
@@ -254,14 +254,6 @@ impl<K: crate::data::Key, N: crate::data::Data + Eq + Hash> TimerService<K, N> {
                 let r = q.len();
                 self.keep(r, 0)
             }
-        }
-    }
-
-    /// True when no timer is registered.
-    pub fn is_empty(&self) -> bool {
-        match &self.inner {
-            Inner::Heap(q) => q.is_empty(),
-            Inner::Store(q) => q.next_time().is_none(),
         }
     }
 

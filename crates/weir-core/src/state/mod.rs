@@ -242,6 +242,19 @@ impl<K: Key> StateContext<K> {
 
     /// True when the backend keeps state in a persistent store (RocksDB): operators then
     /// keep their timers and window contents there too.
+    ///
+    /// ```
+    /// use weir_core::state::{KeyContext, StateContext};
+    /// # struct NoBackend;
+    /// # impl weir_core::state::KeyedStateBackend for NoBackend {
+    /// #   fn name(&self) -> &'static str { "test" }
+    /// #   fn register(&mut self, _: &str, _: std::rc::Rc<dyn weir_core::state::StateTableInfo>) -> weir_core::Result<()> { Ok(()) }
+    /// #   fn entries(&self) -> usize { 0 }
+    /// #   fn snapshot(&self, _: weir_core::ids::CheckpointId) -> weir_core::Result<weir_core::state::BackendSnapshot> { Ok(Default::default()) }
+    /// # }
+    /// let ctx = StateContext::new(KeyContext::<u32>::new(), Box::new(NoBackend));
+    /// assert!(!ctx.is_persistent()); // a backend without a store keeps state on the heap
+    /// ```
     pub fn is_persistent(&self) -> bool {
         self.store().is_some()
     }
