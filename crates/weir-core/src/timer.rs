@@ -168,14 +168,19 @@ impl<K, N> TimerService<K, N> {
 }
 
 impl<K: crate::data::Key, N: crate::data::Data + Eq + Hash> TimerService<K, N> {
-    /// A queue in the persistent store, under table `name` and time domain `domain`.
+    /// A queue in the persistent store, under table `name` and time domain `domain`;
+    /// `checked`: registering and deleting answer whether the timer existed (a point
+    /// read each; see [`TimerQueue::unique`] for callers that need no answer).
     pub(crate) fn in_store(
         name: &str,
         domain: u8,
         store: std::rc::Rc<dyn crate::state::KvStore>,
+        checked: bool,
     ) -> crate::Result<Self> {
         Ok(TimerService {
-            inner: Inner::Store(crate::state::StoreTimers::open(name, domain, store)?),
+            inner: Inner::Store(crate::state::StoreTimers::open(
+                name, domain, store, checked,
+            )?),
             error: None,
         })
     }

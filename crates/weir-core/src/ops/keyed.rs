@@ -94,8 +94,8 @@ impl<K: Key> Timers<K> {
     /// The timers of table `name`, in the backend's store if it has one.
     fn new(state: &StateContext<K>, name: &str) -> Result<Self> {
         Ok(Timers {
-            event: state.timer_service(name, EVENT)?,
-            processing: state.timer_service(name, PROCESSING)?,
+            event: state.timer_service(name, EVENT, true)?,
+            processing: state.timer_service(name, PROCESSING, true)?,
         })
     }
 }

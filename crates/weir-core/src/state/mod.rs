@@ -261,14 +261,16 @@ impl<K: Key> StateContext<K> {
 
     /// A timer queue for time domain `domain` (a byte of the key layout) of table `name`:
     /// in the persistent store when the backend has one, on the heap otherwise. The
-    /// caller registers the table that snapshots it.
+    /// caller registers the table that snapshots it. `checked`: in the store, registering
+    /// and deleting read whether the timer exists (to answer, and to count timers).
     pub(crate) fn timer_service<N: Data + Eq + std::hash::Hash>(
         &self,
         name: &str,
         domain: u8,
+        checked: bool,
     ) -> Result<crate::timer::TimerService<K, N>> {
         match self.store() {
-            Some(store) => crate::timer::TimerService::in_store(name, domain, store),
+            Some(store) => crate::timer::TimerService::in_store(name, domain, store, checked),
             None => Ok(crate::timer::TimerService::heap(
                 crate::timer::TimerQueue::default(),
             )),

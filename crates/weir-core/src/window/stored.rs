@@ -40,7 +40,9 @@ fn pane_group<K: Key>(pane: &(K, TimeWindow), max_parallelism: usize) -> u32 {
 
 /// Creates the window timers and, if the operator `uses` them, registers their table.
 pub(super) fn timers<K: Key>(state: &mut StateContext<K>, uses: bool) -> Result<WindowTimers<K>> {
-    let timers = Rc::new(RefCell::new(state.timer_service(TIMERS, EVENT)?));
+    // A window registers its timers once, when its pane or session is created, and
+    // deletes only timers it registered: no existence check (a point read) is needed.
+    let timers = Rc::new(RefCell::new(state.timer_service(TIMERS, EVENT, false)?));
     if uses {
         state.register_table(TIMERS, Rc::new(TimersTable(timers.clone())))?;
     }
