@@ -110,3 +110,34 @@ fn sigkill_with_sliding_window_panes_in_rocksdb_changes_no_result() {
         windows.len()
     );
 }
+
+/// The example's window and cache flags refuse bad values, saying what they take.
+#[test]
+fn bad_window_and_cache_flags_are_refused_saying_why() {
+    for (args, want) in [
+        (
+            &["--sliding", "40"][..],
+            "--sliding takes SIZE,SLIDE (two integers), got \"40\"",
+        ),
+        (
+            &["--sliding", "40,0"][..],
+            "--sliding 40,0: SIZE and SLIDE must be positive",
+        ),
+        (
+            &["--state", "memory", "--state-cache-entries", "4"][..],
+            "--state-cache-entries applies to the rocksdb state backend only, not to `memory`",
+        ),
+        (
+            &["--state", "rocksdb", "--state-cache-entries", "0"][..],
+            "--state-cache-entries must be at least 1",
+        ),
+    ] {
+        let out = run("1,a,1\n", args)
+            .command(1, None)
+            .output()
+            .expect("run late_sessions");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} must be refused");
+        assert!(err.contains(want), "unclear error for {args:?}:\n{err}");
+    }
+}
