@@ -149,7 +149,7 @@ pub(super) fn wait_checkpoint_after(s: &Scenario, after: u64) {
 }
 
 /// Runs `weir cluster ARGS --web ADDRESS` and returns its stdout; it must succeed.
-fn weir_cluster(web: &str, args: &[&str]) -> String {
+pub(super) fn weir_cluster(web: &str, args: &[&str]) -> String {
     let out = weir_cluster_output(web, args);
     assert!(
         out.status.success(),
