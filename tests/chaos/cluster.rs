@@ -111,7 +111,11 @@ impl<'a> Cluster<'a> {
     }
 
     /// A worker, with a fail point turned on when `failpoints` names one.
-    fn worker_with(&mut self, slots: usize, failpoints: Option<&str>) -> (Child, PathBuf) {
+    pub(super) fn worker_with(
+        &mut self,
+        slots: usize,
+        failpoints: Option<&str>,
+    ) -> (Child, PathBuf) {
         let (path, log) = self.log_file("worker");
         let mut c = Command::new(env!("CARGO_BIN_EXE_file_sum"));
         if let Some(secret) = &self.secret {
@@ -180,11 +184,17 @@ fn count(path: &Path, needle: &str) -> usize {
 
 /// Waits for a line in a log.
 pub(super) fn wait_log(path: &Path, needle: &str, times: usize) {
-    wait_for(
-        &format!("{needle:?} (×{times}) in {}", path.display()),
-        Duration::from_secs(60),
-        || count(path, needle) >= times,
-    );
+    let limit = Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + limit;
+    while count(path, needle) < times {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {needle:?} (×{times}) in {}:\n{}",
+            path.display(),
+            read(path)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn signal(child: &Child, sig: &str) {

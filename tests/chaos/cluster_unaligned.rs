@@ -73,9 +73,13 @@ fn a_worker_killed_under_backpressure_with_unaligned_checkpoints_is_replaced_and
     expect_success(&mut replacement, &replacement_log, "the replacement worker");
     seen.record(&s.checkpoints);
     let log = read(&coord_log);
+    let redeployed = log
+        .lines()
+        .find(|l| l.contains("deployed (") && l.contains("worker 3:"))
+        .unwrap_or_else(|| panic!("the job was not deployed to the replacement:\n{log}"));
     assert!(
-        log.contains("deployed (worker 1: 3 task(s), worker 3: 2 task(s))"),
-        "the replacement does not run worker 2's tasks:\n{log}"
+        redeployed.contains("worker 1: 3 task(s)") && redeployed.contains("worker 3: 2 task(s)"),
+        "the replacement does not run worker 2's tasks: {redeployed}"
     );
     let from = resumed_from(&log)
         .unwrap_or_else(|| panic!("the job did not resume from a checkpoint:\n{log}"));
@@ -101,4 +105,68 @@ fn a_worker_killed_under_backpressure_with_unaligned_checkpoints_is_replaced_and
         seen.stats.len(),
         seen.with_channel_state().len()
     );
+}
+
+/// The final checkpoint is aligned in every mode: the sinks commit everything at it and
+/// the job ends, so a record it left in flight would never be committed. The runtime tells
+/// the operator tasks which checkpoint is the final one before its barriers leave the
+/// sources; in a cluster that notice travels from the coordinator to each worker while the
+/// barriers travel from worker to worker, and either may come first. Here worker 2 hands
+/// the notice to its tasks 3 s late (fail point `cluster.final_notice`), while the final
+/// barrier waits behind a full channel far longer than the alignment timeout (20 ms),
+/// which would send any other barrier on unaligned: the final checkpoint must still be
+/// aligned, hold no channel state, and the output must be exact.
+#[test]
+fn the_final_checkpoint_stays_aligned_when_a_worker_hears_of_it_late() {
+    let mut s = Scenario::new(6_000, 40, 62);
+    s.extra_args = [
+        "--checkpoint-mode",
+        "aligned-timeout:20",
+        "--sink-rate",
+        &SINK_RATE.to_string(),
+        // Every sink subtask aligns over a channel from each sum subtask, local and remote.
+        "--rebalance-before-sink",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut cl = Cluster::new(&s);
+    cl.workers = 2;
+    cl.max_rate = READ_RATE;
+    let (mut coord, coord_log) = cl.coordinator();
+    let (mut first, first_log) = cl.worker(2);
+    wait_log(&coord_log, "worker 1 joined", 1);
+    let (mut late, late_log) = cl.worker_with(2, Some("cluster.final_notice=sleep:3000"));
+    expect_success(&mut coord, &coord_log, "the coordinator");
+    expect_success(&mut first, &first_log, "worker 1");
+    expect_success(&mut late, &late_log, "worker 2");
+    assert!(
+        read(&late_log).contains("fail point 'cluster.final_notice': sleep:3000"),
+        "worker 2 never got a final checkpoint's notice:\n{}",
+        read(&late_log)
+    );
+    let log = read(&coord_log);
+    let at = log
+        .find("final checkpoint ")
+        .unwrap_or_else(|| panic!("no final checkpoint completed:\n{log}"))
+        + "final checkpoint ".len();
+    let id: u64 = log[at..]
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no final checkpoint id in the log:\n{log}"));
+    let mut seen = Checkpoints::default();
+    seen.record(&s.checkpoints);
+    let stats = seen
+        .stats
+        .get(&id)
+        .unwrap_or_else(|| panic!("final checkpoint {id} not on disk: {:?}", seen.stats));
+    assert_eq!(
+        (
+            stats["unaligned"].as_bool(),
+            stats["channel_state_bytes"].as_u64()
+        ),
+        (Some(false), Some(0)),
+        "the final checkpoint {id} was taken unaligned: {stats}"
+    );
+    s.check();
 }
