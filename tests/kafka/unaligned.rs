@@ -59,7 +59,7 @@ fn kills_under_backpressure(mode: &str, seed: u64, rounds: usize) {
         spread_ms: 1_000,
         limit: Duration::from_secs(60),
     };
-    let kills = plan.after_channel_state(&job.checkpoints(), &mut seen, |i| {
+    let landed = plan.after_channel_state(&job.checkpoints(), &mut seen, |i| {
         let parallelism = if i == rounds / 2 { 1 } else { 2 };
         let mut c = with_mode(job.command(parallelism, INTERVAL_MS), mode);
         let log = std::fs::File::create(logs.join(format!("killed-{i:02}.log"))).expect("log");
@@ -68,7 +68,7 @@ fn kills_under_backpressure(mode: &str, seed: u64, rounds: usize) {
         c
     });
     assert_eq!(
-        kills.landed, rounds,
+        landed, rounds,
         "a run finished before its kill: the input is too short for {rounds} kills"
     );
     // Every restart after the first resumed from a checkpoint holding in-flight records
@@ -105,7 +105,7 @@ fn kills_under_backpressure(mode: &str, seed: u64, rounds: usize) {
     eprintln!(
         "{mode}: {} kills, {} checkpoints seen ({} with channel state), the last run \
          resumed from {from} ({} bytes in flight); exactly-once (check {read:?})",
-        kills.landed,
+        landed,
         seen.stats.len(),
         seen.with_channel_state().len(),
         seen.channel_state_bytes(from)

@@ -17,7 +17,7 @@ const READ_RATE: u64 = 4_000;
 
 #[test]
 fn payments_killed_under_backpressure_with_unaligned_checkpoints_pay_every_order_once() {
-    let mut p = Payments::new(2_500, 3, 23);
+    let mut p = Payments::new(4_000, 3, 23);
     let logs = p.dir.path().to_path_buf();
     let mut seen = Checkpoints::default();
     let rounds = 3;
@@ -28,14 +28,14 @@ fn payments_killed_under_backpressure_with_unaligned_checkpoints_pay_every_order
         spread_ms: 800,
         limit: Duration::from_secs(60),
     };
-    let kills = plan.after_channel_state(&p.checkpoints(), &mut seen, |i| {
+    let landed = plan.after_channel_state(&p.checkpoints(), &mut seen, |i| {
         let log = std::fs::File::create(logs.join(format!("killed-{i}.log"))).expect("log");
         let mut c = p.command(2, READ_RATE);
         c.args(["--checkpoint-mode", "unaligned"]).stderr(log);
         c
     });
     assert_eq!(
-        kills.landed, rounds,
+        landed, rounds,
         "a run finished before its kill: the input is too short for {rounds} kills"
     );
     for i in 1..rounds {
@@ -66,7 +66,7 @@ fn payments_killed_under_backpressure_with_unaligned_checkpoints_pay_every_order
     eprintln!(
         "{} kills, {} checkpoints seen ({} with queued payments), the last run resumed from \
          {from} ({} bytes of payments in flight)",
-        kills.landed,
+        landed,
         seen.stats.len(),
         seen.with_channel_state().len(),
         seen.channel_state_bytes(from)

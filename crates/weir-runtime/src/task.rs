@@ -1012,7 +1012,7 @@ fn run_operator(
         }
         if let Aligned::Complete(id, alignment) = aligned {
             ck.snapshot(id, alignment, Some(tracker.current()))?;
-            let after_end = tracker.current() >= MAX_WATERMARK;
+            let after_end = tracker.current() == MAX_WATERMARK;
             end_of_time::send_barrier(mode, after_end, || target.send(Control::Barrier(id)))?;
         }
         // Aligned with a timeout: an alignment that has taken too long goes on unaligned

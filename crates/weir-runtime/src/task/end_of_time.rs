@@ -33,7 +33,7 @@ impl EndOfTime {
 
     /// Channel `flat` delivered watermark `w`.
     pub(super) fn on_watermark(&mut self, flat: usize, w: Timestamp) {
-        if w >= MAX_WATERMARK {
+        if w == MAX_WATERMARK {
             self.reached[flat] = true;
         }
     }
