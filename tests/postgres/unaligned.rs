@@ -72,3 +72,32 @@ fn payments_killed_under_backpressure_with_unaligned_checkpoints_pay_every_order
         seen.channel_state_bytes(from)
     );
 }
+
+/// A checkpoint mode the example cannot use is refused before it connects anywhere, saying
+/// which modes there are.
+#[test]
+fn a_bad_checkpoint_mode_is_refused_with_the_modes_there_are() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_payments_apply_once"))
+        .args(["--postgres", "postgres://weir@127.0.0.1:1/none"])
+        .arg("--input")
+        .arg(dir.path().join("payments.csv"))
+        .arg("--checkpoint-dir")
+        .arg(dir.path().join("ck"))
+        .args(["--checkpoint-mode", "sideways"])
+        .output()
+        .expect("run payments_apply_once");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a bad mode must be refused:\n{err}");
+    assert!(
+        err.contains(
+            "--checkpoint-mode: invalid configuration: unknown checkpoint mode \"sideways\": \
+             use aligned, unaligned, aligned-timeout or aligned-timeout:MS"
+        ),
+        "unclear error:\n{err}"
+    );
+    assert!(
+        !dir.path().join("ck").exists(),
+        "refused only after the job started"
+    );
+}
