@@ -371,6 +371,24 @@ impl KvStore for RocksStore {
             .write_opt(b, &self.write)
             .map_err(|e| err("write", &self.dir, e))
     }
+    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut opts = rocksdb::ReadOptions::default();
+        opts.set_iterate_upper_bound(end);
+        // A scan reads on through the range: prefetch its blocks, and leave the block
+        // cache to point reads.
+        opts.fill_cache(false);
+        let mut it = self.db().raw_iterator_opt(opts);
+        it.seek(start);
+        let mut out = Vec::new();
+        while out.len() < limit
+            && let (Some(k), Some(v)) = (it.key(), it.value())
+        {
+            out.push((k.to_vec(), v.to_vec()));
+            it.next();
+        }
+        it.status().map_err(|e| err("scan", &self.dir, e))?;
+        Ok(out)
+    }
     fn max_parallelism(&self) -> usize {
         self.max_parallelism
     }
