@@ -76,7 +76,14 @@ impl<K: Key, V: Data> StoreListTable<K, V> {
             self.make_room(1)?;
             let prefix = store_key(&self.name, k, self.max_parallelism)?;
             let stored = match self.store.get(&prefix)? {
-                Some(bytes) => codec::decode::<u64>(&bytes)?,
+                Some(bytes) => codec::decode::<u64>(&bytes).map_err(|e| {
+                    Error::Malformed(format!(
+                        "list state '{}' of key {k:?}: the stored length does not decode \
+                         ({e}); a checkpoint of a weir release that kept a list as one \
+                         value cannot be restored by this one",
+                        self.name
+                    ))
+                })?,
                 None => 0,
             };
             self.held += 1;
@@ -320,6 +327,22 @@ mod tests {
         let want: Vec<u64> = (0..10_000).filter(|v| v % 3 == 1).collect();
         assert_eq!(all(&mut t, 1), want);
         assert!(t.held <= 16);
+    }
+
+    /// A list stored as one value (the layout of earlier releases) is refused with an
+    /// error that says so, not misread.
+    #[test]
+    fn a_list_in_the_one_value_layout_is_refused() {
+        let (store, mut t) = table(16);
+        store.data.borrow_mut().insert(
+            store_key("l", &1u32, 128).unwrap(),
+            codec::encode(&vec![1u64, 2, 3]).unwrap(),
+        );
+        let e = t.add(&1, 4).unwrap_err().to_string();
+        assert!(
+            e.contains("list state 'l' of key 1") && e.contains("kept a list as one value"),
+            "{e}"
+        );
     }
 
     proptest! {

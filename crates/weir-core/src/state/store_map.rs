@@ -14,7 +14,7 @@ use super::{Changes, KeyContext, KvStore, MapAccess, StateTableInfo, store_key};
 use crate::checkpoint::KeyGroupBlobs;
 use crate::codec;
 use crate::data::{Data, Key};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -187,6 +187,14 @@ impl<K: Key, UK: Key, UV: Data> StoreMapTable<K, UK, UV> {
             let mut out = Vec::with_capacity(batch.len());
             for (key, value) in &batch {
                 let suffix = &key[prefix.len()..];
+                if suffix.is_empty() {
+                    return Err(Error::Malformed(format!(
+                        "map state '{}' of key {k:?} holds the whole map as one value: a \
+                         checkpoint of a weir release that kept maps that way cannot be \
+                         restored by this one",
+                        self.name
+                    )));
+                }
                 while let Some((_, e)) = from_cache.next_if(|(ck, _)| ck.as_slice() < suffix) {
                     if let Some(v) = &e.value {
                         out.push((e.key.clone(), v.clone()));
@@ -381,6 +389,22 @@ mod tests {
         assert_eq!(store.gets.get(), 2);
         assert_eq!(store.scanned.get(), 0);
         assert_eq!(all(&t, 1, 100).len(), 5_000);
+    }
+
+    /// A map stored as one value (the layout of earlier releases) is refused with an
+    /// error that says so when it is read, not misread.
+    #[test]
+    fn a_map_in_the_one_value_layout_is_refused() {
+        let (store, t) = table(16);
+        store.data.borrow_mut().insert(
+            store_key("m", &1u32, 128).unwrap(),
+            codec::encode(&BTreeMap::from([(1u32, 2u64)])).unwrap(),
+        );
+        let e = t.entries_after(&1, None, 10).unwrap_err().to_string();
+        assert!(
+            e.contains("map state 'm' of key 1") && e.contains("holds the whole map as one value"),
+            "{e}"
+        );
     }
 
     proptest! {
