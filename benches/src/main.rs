@@ -246,7 +246,11 @@ struct NexmarkArgs {
 #[derive(clap::Args, Debug, Clone)]
 struct CollectionsArgs {
     /// Elements in the list and entries in the map before the timed operations.
-    #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000,1000000")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1000,10000,100000,1000000"
+    )]
     sizes: Vec<u64>,
     /// Timed appends, and timed puts.
     #[arg(long, default_value_t = 100_000)]

@@ -308,8 +308,8 @@ impl<K: Key, V: Data> ValueAccess<V> for CachedValue<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
     use crate::state::test_store::Store;
+    use proptest::prelude::*;
     use std::collections::HashMap;
 
     fn table(capacity: usize) -> (Rc<Store>, CachedTable<u32, u64>) {

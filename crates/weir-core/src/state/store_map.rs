@@ -157,12 +157,7 @@ impl<K: Key, UK: Key, UV: Data> StoreMapTable<K, UK, UV> {
     /// Up to about `limit` entries of the map of `k` after user key `after`, in the order
     /// of the encoded user keys: a batch of the store's range with the cached entries
     /// merged in (cached entries are newer than the store's).
-    pub fn entries_after(
-        &self,
-        k: &K,
-        after: Option<&UK>,
-        limit: usize,
-    ) -> Result<Vec<(UK, UV)>> {
+    pub fn entries_after(&self, k: &K, after: Option<&UK>, limit: usize) -> Result<Vec<(UK, UV)>> {
         let limit = limit.max(1);
         let prefix = self.prefix(k)?;
         let end = prefix_end(&prefix);
@@ -367,7 +362,9 @@ mod tests {
     fn all(t: &Table, k: u32, batch: usize) -> Vec<(u32, u64)> {
         let mut out: Vec<(u32, u64)> = Vec::new();
         loop {
-            let b = t.entries_after(&k, out.last().map(|(uk, _)| uk), batch).unwrap();
+            let b = t
+                .entries_after(&k, out.last().map(|(uk, _)| uk), batch)
+                .unwrap();
             if b.is_empty() {
                 return out;
             }

@@ -23,7 +23,11 @@ pub fn value_state_is_per_key<H: Harness>(h: &H) {
     }
     for k in 0..200u64 {
         key.set(k);
-        assert_eq!(v.get().unwrap(), (k % 3 != 0).then(|| format!("v{k}")), "key {k}");
+        assert_eq!(
+            v.get().unwrap(),
+            (k % 3 != 0).then(|| format!("v{k}")),
+            "key {k}"
+        );
         assert_eq!(sum.get().unwrap(), Some(k + 1), "key {k}");
     }
     key.set(1);
@@ -91,7 +95,11 @@ pub fn map_state_puts_gets_removes_and_clears<H: Harness>(h: &H) {
         .map(|j| (format!("u{j}"), if j == 8 { 1 } else { 300 + j }))
         .collect();
     want.sort();
-    assert_eq!(m.entries().unwrap(), want, "entries() is sorted by user key");
+    assert_eq!(
+        m.entries().unwrap(),
+        want,
+        "entries() is sorted by user key"
+    );
     key.set(4);
     m.clear().unwrap();
     assert_eq!(m.entries().unwrap(), Vec::new());
@@ -178,9 +186,13 @@ pub fn iteration_reads_every_element_once<H: Harness>(h: &H) {
 
 pub fn ttl_hides_what_expired<H: Harness>(h: &H) {
     let (key, mut ctx) = open(h, 0, 1, &[]);
-    let mut v0 = ctx.value_state_with_ttl::<u64>("v0", Duration::ZERO).unwrap();
+    let mut v0 = ctx
+        .value_state_with_ttl::<u64>("v0", Duration::ZERO)
+        .unwrap();
     let mut v1 = ctx.value_state_with_ttl::<u64>("v1", HOUR).unwrap();
-    let mut l0 = ctx.list_state_with_ttl::<u64>("l0", Duration::ZERO).unwrap();
+    let mut l0 = ctx
+        .list_state_with_ttl::<u64>("l0", Duration::ZERO)
+        .unwrap();
     let mut l1 = ctx.list_state_with_ttl::<u64>("l1", HOUR).unwrap();
     let mut m0 = ctx
         .map_state_with_ttl::<u64, u64>("m0", Duration::ZERO)
@@ -241,7 +253,7 @@ impl States {
     }
 
     fn fill(&mut self, k: u64) {
-        if k % 7 != 0 {
+        if !k.is_multiple_of(7) {
             self.value.set(k * 3).unwrap();
         }
         for i in 0..k % 9 {
@@ -255,10 +267,16 @@ impl States {
     }
 
     fn expect(&self, k: u64) {
-        assert_eq!(self.value.get().unwrap(), (k % 7 != 0).then_some(k * 3), "key {k}");
+        assert_eq!(
+            self.value.get().unwrap(),
+            (!k.is_multiple_of(7)).then_some(k * 3),
+            "key {k}"
+        );
         let list: Vec<u64> = (0..k % 9).map(|i| k * 10 + i).collect();
         assert_eq!(self.list.get().unwrap(), list, "key {k}");
-        let map: Vec<(u32, String)> = (0..(k % 6) as u32).map(|i| (i, format!("{k}:{i}"))).collect();
+        let map: Vec<(u32, String)> = (0..(k % 6) as u32)
+            .map(|i| (i, format!("{k}:{i}")))
+            .collect();
         assert_eq!(self.map.entries().unwrap(), map, "key {k}");
         assert_eq!(self.ttl_list.get().unwrap(), vec![k], "key {k}");
         assert_eq!(self.ttl_map.entries().unwrap(), vec![(1, k)], "key {k}");
@@ -316,7 +334,9 @@ pub fn a_restore_gives_the_state_at_the_checkpoint<H: Harness>(h: &H) {
         key.set(k);
         let list: Vec<u64> = (0..k % 9).map(|i| k * 10 + i).chain([7]).collect();
         assert_eq!(s.list.get().unwrap(), list, "key {k}");
-        let map: Vec<(u32, String)> = (1..(k % 6) as u32).map(|i| (i, format!("{k}:{i}"))).collect();
+        let map: Vec<(u32, String)> = (1..(k % 6) as u32)
+            .map(|i| (i, format!("{k}:{i}")))
+            .collect();
         assert_eq!(s.map.entries().unwrap(), map, "key {k}");
     }
 }
@@ -365,7 +385,11 @@ pub fn a_restore_at_another_parallelism_gives_each_key_to_its_owner<H: Harness>(
     let s = States::new(&mut ctx);
     for k in 0..KEYS {
         key.set(k);
-        assert_eq!(s.value.get().unwrap(), (k % 7 != 0).then_some(k * 3), "key {k}");
+        assert_eq!(
+            s.value.get().unwrap(),
+            (!k.is_multiple_of(7)).then_some(k * 3),
+            "key {k}"
+        );
         let list: Vec<u64> = (0..k % 9).map(|i| k * 10 + i).chain([k]).collect();
         assert_eq!(s.list.get().unwrap(), list, "key {k}");
         assert_eq!(s.map.entries().unwrap().len(), (k % 6) as usize, "key {k}");

@@ -42,12 +42,9 @@ fn keyed_for(snaps: &[Snap], range: std::ops::Range<u32>) -> BTreeMap<String, Ke
     let mut out: BTreeMap<String, KeyGroupBlobs> = BTreeMap::new();
     for s in snaps {
         for (name, blobs) in &s.keyed {
-            out.entry(name.clone()).or_default().extend(
-                blobs
-                    .iter()
-                    .filter(|(g, _)| range.contains(g))
-                    .cloned(),
-            );
+            out.entry(name.clone())
+                .or_default()
+                .extend(blobs.iter().filter(|(g, _)| range.contains(g)).cloned());
         }
     }
     out
@@ -103,9 +100,17 @@ impl Memory {
 }
 
 impl Harness for Memory {
-    fn backend(&self, subtask: usize, parallelism: usize, restore: &[Snap]) -> Box<dyn KeyedStateBackend> {
+    fn backend(
+        &self,
+        subtask: usize,
+        parallelism: usize,
+        restore: &[Snap],
+    ) -> Box<dyn KeyedStateBackend> {
         let range = key_group_range(subtask, MAX_PARALLELISM, parallelism);
-        Box::new(MemoryBackend::new(MAX_PARALLELISM, keyed_for(restore, range)))
+        Box::new(MemoryBackend::new(
+            MAX_PARALLELISM,
+            keyed_for(restore, range),
+        ))
     }
     fn tmp(&self) -> &Path {
         self.0.path()
@@ -136,7 +141,12 @@ impl Rocks {
 
 #[cfg(feature = "rocksdb")]
 impl Harness for Rocks {
-    fn backend(&self, subtask: usize, parallelism: usize, restore: &[Snap]) -> Box<dyn KeyedStateBackend> {
+    fn backend(
+        &self,
+        subtask: usize,
+        parallelism: usize,
+        restore: &[Snap],
+    ) -> Box<dyn KeyedStateBackend> {
         let cfg = weir_state::RocksDbConfig {
             local_dir: self.tmp.path().join("local"),
             cache_entries: self.cache_entries,

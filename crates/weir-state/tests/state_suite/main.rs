@@ -39,9 +39,7 @@ macro_rules! suite {
             }
             #[test]
             fn a_restore_at_another_parallelism_gives_each_key_to_its_owner() {
-                super::cases::a_restore_at_another_parallelism_gives_each_key_to_its_owner(
-                    &$make,
-                );
+                super::cases::a_restore_at_another_parallelism_gives_each_key_to_its_owner(&$make);
             }
             #[test]
             fn a_million_map_entries_and_list_elements_under_one_key() {
