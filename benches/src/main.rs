@@ -61,11 +61,19 @@
 //! ```
 //! runs a keyed job fed at a fixed rate and prints source-to-sink latency percentiles
 //! (see `latency.rs`).
+//!
+//! ```text
+//! cargo run --release -p weir-bench -- state-collections --sizes 1000,100000,1000000 [--ops 100000]
+//! ```
+//! times list appends and map puts on the RocksDB backend against one key whose list and
+//! map already hold each size, checkpoints included, and prints one JSON line per size
+//! (see `collections.rs`).
 
 mod async_io;
 mod backpressure;
 mod broadcast_rules;
 mod cluster;
+mod collections;
 mod in_flight;
 mod jobs;
 mod latency;
@@ -121,6 +129,9 @@ enum Job {
     /// Aligned checkpoint time through a backpressured pipeline (sink throttled), with
     /// fixed-capacity channels (`--in-flight-target-ms 0`) or bounded in-flight data.
     InFlightCheckpoint(in_flight::InFlightArgs),
+    /// List appends and map puts on RocksDB against one key whose collections already
+    /// hold each of `--sizes` elements: the cost per operation as a collection grows.
+    StateCollections(CollectionsArgs),
     /// A worker of `keyed-sum --workers N`, started by the coordinating weir-bench.
     #[command(hide = true)]
     ClusterWorker(WorkerArgs),
@@ -230,6 +241,20 @@ struct NexmarkArgs {
     /// Records per channel batch.
     #[arg(long, default_value_t = 1024)]
     batch_size: usize,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct CollectionsArgs {
+    /// Elements in the list and entries in the map before the timed operations.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1000,10000,100000,1000000"
+    )]
+    sizes: Vec<u64>,
+    /// Timed appends, and timed puts.
+    #[arg(long, default_value_t = 100_000)]
+    ops: u64,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -562,6 +587,22 @@ fn main() -> ExitCode {
                 }
             };
         }
+        Job::StateCollections(c) => {
+            if c.ops == 0 {
+                eprintln!("weir-bench: --ops must be at least 1");
+                return ExitCode::from(2);
+            }
+            for &size in &c.sizes {
+                match collections::run(size, c.ops) {
+                    Ok(line) => println!("{line}"),
+                    Err(e) => {
+                        eprintln!("weir-bench: state-collections failed at size {size}: {e:#}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+            return ExitCode::SUCCESS;
+        }
         Job::Recovery(r) => {
             return match jobs::recovery(r.keys, r.value_bytes, r.parallelism, &r.checkpoint_dir) {
                 Ok(line) => {
@@ -638,6 +679,7 @@ fn main() -> ExitCode {
             broadcast_rules::broadcast_rules(a.events, a.keys, &setup).map_err(Into::into)
         }
         Job::Recovery(_)
+        | Job::StateCollections(_)
         | Job::Nexmark(_)
         | Job::ClusterWorker(_)
         | Job::AsyncIo(_)

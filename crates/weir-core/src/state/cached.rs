@@ -9,14 +9,13 @@
 //! `[key group: u16 big-endian][table name][0][encoded key]`, so a key group's entries
 //! are contiguous and can be split off on rescale.
 
-use super::{KeyContext, KvStore, ListAccess, MapAccess, StateTableInfo, ValueAccess};
+use super::{KeyContext, KvStore, StateTableInfo, ValueAccess};
 use crate::checkpoint::KeyGroupBlobs;
 use crate::codec;
 use crate::data::{Data, Key, key_group};
 use crate::error::Result;
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
 struct Slot<V> {
@@ -40,7 +39,7 @@ pub struct CachedTable<K, V> {
 /// The store key of `key` in table `name`.
 pub fn store_key<K: Key>(name: &str, key: &K, max_parallelism: usize) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(name.len() + 16);
-    store_key_into(name, key, max_parallelism, own_group, &mut out)?;
+    store_key_into(name, key, max_parallelism, &mut out)?;
     Ok(out)
 }
 
@@ -49,7 +48,19 @@ fn own_group<K: Key>(key: &K, max_parallelism: usize) -> u32 {
     key_group(key, max_parallelism).0
 }
 
-fn store_key_into<K: Key>(
+/// Appends the store key of `key` (the stream's key) in table `name` to `out`.
+pub(super) fn store_key_into<K: Key>(
+    name: &str,
+    key: &K,
+    max_parallelism: usize,
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    store_key_grouped_into(name, key, max_parallelism, own_group, out)
+}
+
+/// Appends the store key of `key` in table `name` to `out`, under the key group `group`
+/// gives it.
+fn store_key_grouped_into<K: Key>(
     name: &str,
     key: &K,
     max_parallelism: usize,
@@ -187,7 +198,7 @@ impl<K: Key, V: Data> CachedTable<K, V> {
 
     fn store_key(&self, k: &K) -> Result<Vec<u8>> {
         let mut out = Vec::with_capacity(self.name.len() + 16);
-        store_key_into(&self.name, k, self.max_parallelism, self.group, &mut out)?;
+        store_key_grouped_into(&self.name, k, self.max_parallelism, self.group, &mut out)?;
         Ok(out)
     }
 
@@ -256,12 +267,6 @@ impl<K: Key, V: Data> CachedTable<K, V> {
         }))
     }
 
-    /// Reads the value of `k` in place, without copying it (map state reads one entry of
-    /// a map that may be large).
-    fn read<R>(&mut self, k: &K, f: impl FnOnce(Option<&V>) -> R) -> Result<R> {
-        Ok(f(self.slot(k)?.value.as_ref()))
-    }
-
     /// Changes the value of `k` in place and marks it for the store.
     pub(crate) fn modify<R>(&mut self, k: &K, f: impl FnOnce(&mut Option<V>) -> R) -> Result<R> {
         let slot = self.slot(k)?;
@@ -296,7 +301,7 @@ impl<K: Key, V: Data> CachedTable<K, V> {
         let (name, max_parallelism, group) = (&self.name, self.max_parallelism, self.group);
         for (k, slot) in self.map.iter_mut().filter(|(_, s)| s.dirty) {
             changes.push_with(|buf| {
-                store_key_into(name, k, max_parallelism, group, buf)?;
+                store_key_grouped_into(name, k, max_parallelism, group, buf)?;
                 let Some(v) = &slot.value else {
                     return Ok(None);
                 };
@@ -363,129 +368,12 @@ impl<K: Key, V: Data> ValueAccess<V> for CachedValue<K, V> {
     }
 }
 
-pub(super) struct CachedList<K, V> {
-    pub(super) key: Rc<KeyContext<K>>,
-    pub(super) table: Rc<RefCell<CachedTable<K, Vec<V>>>>,
-}
-
-impl<K: Key, V: Data> ListAccess<V> for CachedList<K, V> {
-    fn get(&self) -> Result<Vec<V>> {
-        Ok(self
-            .key
-            .with(|k| self.table.borrow_mut().get(k))?
-            .unwrap_or_default())
-    }
-    fn add(&mut self, value: V) -> Result<()> {
-        self.key.with(|k| {
-            let mut t = self.table.borrow_mut();
-            let mut list = t.get(k)?.unwrap_or_default();
-            list.push(value);
-            t.put(k, Some(list))
-        })
-    }
-    fn update(&mut self, values: Vec<V>) -> Result<()> {
-        let v = if values.is_empty() {
-            None
-        } else {
-            Some(values)
-        };
-        self.key.with(|k| self.table.borrow_mut().put(k, v))
-    }
-    fn clear(&mut self) -> Result<()> {
-        self.key.with(|k| self.table.borrow_mut().put(k, None))
-    }
-}
-
-pub(super) struct CachedMap<K, UK, UV> {
-    pub(super) key: Rc<KeyContext<K>>,
-    pub(super) table: Rc<RefCell<CachedTable<K, BTreeMap<UK, UV>>>>,
-}
-
-impl<K: Key, UK: Key, UV: Data> MapAccess<UK, UV> for CachedMap<K, UK, UV> {
-    fn get(&self, uk: &UK) -> Result<Option<UV>> {
-        self.key.with(|k| {
-            self.table
-                .borrow_mut()
-                .read(k, |m| m.and_then(|m| m.get(uk).cloned()))
-        })
-    }
-    fn put(&mut self, uk: UK, uv: UV) -> Result<()> {
-        self.key.with(|k| {
-            self.table.borrow_mut().modify(k, |m| {
-                m.get_or_insert_with(BTreeMap::new).insert(uk, uv);
-            })
-        })
-    }
-    fn remove(&mut self, uk: &UK) -> Result<Option<UV>> {
-        self.key.with(|k| {
-            self.table.borrow_mut().modify(k, |m| {
-                let v = m.as_mut().and_then(|map| map.remove(uk));
-                if m.as_ref().is_some_and(|map| map.is_empty()) {
-                    *m = None;
-                }
-                v
-            })
-        })
-    }
-    fn entries(&self) -> Result<Vec<(UK, UV)>> {
-        self.key.with(|k| {
-            self.table.borrow_mut().read(k, |m| {
-                m.map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-                    .unwrap_or_default()
-            })
-        })
-    }
-    fn clear(&mut self) -> Result<()> {
-        self.key.with(|k| self.table.borrow_mut().put(k, None))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::test_store::Store;
     use proptest::prelude::*;
-    use std::cell::Cell;
     use std::collections::HashMap;
-
-    /// An in-memory ordered store that counts its reads.
-    #[derive(Default)]
-    struct Store {
-        data: RefCell<BTreeMap<Vec<u8>, Vec<u8>>>,
-        gets: Cell<usize>,
-        capacity: usize,
-    }
-
-    impl KvStore for Store {
-        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-            self.gets.set(self.gets.get() + 1);
-            Ok(self.data.borrow().get(key).cloned())
-        }
-        fn write(&self, changes: &Changes) -> Result<()> {
-            let mut d = self.data.borrow_mut();
-            for (k, v) in changes.sorted() {
-                match v {
-                    Some(v) => d.insert(k.to_vec(), v.to_vec()),
-                    None => d.remove(k),
-                };
-            }
-            Ok(())
-        }
-        fn max_parallelism(&self) -> usize {
-            128
-        }
-        fn cache_capacity(&self) -> usize {
-            self.capacity
-        }
-        fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-            Ok(self
-                .data
-                .borrow()
-                .range(start.to_vec()..end.to_vec())
-                .take(limit)
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect())
-        }
-    }
 
     fn table(capacity: usize) -> (Rc<Store>, CachedTable<u32, u64>) {
         let store = Rc::new(Store {

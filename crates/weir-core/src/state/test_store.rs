@@ -1,43 +1,26 @@
-//! An ordered in-memory [`KvStore`] for tests: what RocksDB does for the state module,
-//! without files. Counts the entries its scans return.
+//! An in-memory ordered [`KvStore`] for the unit tests of the cached tables, the timers
+//! in the store and the window operator: what RocksDB does for the state module, without
+//! files.
 
 use super::{Changes, KvStore};
 use crate::error::Result;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
-/// An ordered in-memory store.
+/// An in-memory ordered store that counts its reads.
 #[derive(Default)]
-pub(crate) struct MemStore {
+pub(crate) struct Store {
     pub(crate) data: RefCell<BTreeMap<Vec<u8>, Vec<u8>>>,
-    pub(crate) capacity: usize,
-    pub(crate) max_parallelism: usize,
+    /// Point reads so far.
+    pub(crate) gets: Cell<usize>,
+    /// Entries returned by scans so far.
     pub(crate) scanned: Cell<usize>,
+    pub(crate) capacity: usize,
 }
 
-impl MemStore {
-    /// A store of `max_parallelism` key groups whose tables cache `capacity` entries.
-    pub(crate) fn new(capacity: usize, max_parallelism: usize) -> Self {
-        MemStore {
-            capacity,
-            max_parallelism,
-            ..MemStore::default()
-        }
-    }
-
-    /// A copy of the entries of key groups `groups`, as a restore takes them.
-    pub(crate) fn entries_of(&self, groups: std::ops::Range<u32>) -> Vec<(Vec<u8>, Vec<u8>)> {
-        self.data
-            .borrow()
-            .iter()
-            .filter(|(k, _)| groups.contains(&u32::from(u16::from_be_bytes([k[0], k[1]]))))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    }
-}
-
-impl KvStore for MemStore {
+impl KvStore for Store {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.gets.set(self.gets.get() + 1);
         Ok(self.data.borrow().get(key).cloned())
     }
     fn write(&self, changes: &Changes) -> Result<()> {
@@ -50,12 +33,6 @@ impl KvStore for MemStore {
         }
         Ok(())
     }
-    fn max_parallelism(&self) -> usize {
-        self.max_parallelism
-    }
-    fn cache_capacity(&self) -> usize {
-        self.capacity
-    }
     fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let out: Vec<_> = self
             .data
@@ -66,5 +43,31 @@ impl KvStore for MemStore {
             .collect();
         self.scanned.set(self.scanned.get() + out.len());
         Ok(out)
+    }
+    fn max_parallelism(&self) -> usize {
+        128
+    }
+    fn cache_capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+impl Store {
+    /// A store of 128 key groups whose tables cache `capacity` entries.
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
+        Store {
+            capacity,
+            ..Store::default()
+        }
+    }
+
+    /// A copy of the entries of key groups `groups`, as a restore takes them.
+    pub(crate) fn entries_of(&self, groups: std::ops::Range<u32>) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.data
+            .borrow()
+            .iter()
+            .filter(|(k, _)| groups.contains(&u32::from(u16::from_be_bytes([k[0], k[1]]))))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 }

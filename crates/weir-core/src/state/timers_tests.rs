@@ -1,7 +1,7 @@
 //! The store-backed timer queue against the heap queue, over an in-memory ordered store.
 
 use super::KvStore;
-use super::test_store::MemStore as Store;
+use super::test_store::Store;
 use super::timers::StoreTimers;
 use crate::time::Timestamp;
 use crate::timer::TimerQueue;
@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use std::rc::Rc;
 
 fn store(capacity: usize) -> Rc<Store> {
-    Rc::new(Store::new(capacity, 16))
+    Rc::new(Store::with_capacity(capacity))
 }
 
 /// What a checkpoint does with the queue: its changes written to the store.

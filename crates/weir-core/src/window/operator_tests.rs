@@ -6,7 +6,7 @@ use super::*;
 use crate::checkpoint::KeyGroupBlobs;
 use crate::data::{key_group, key_group_range};
 use crate::ids::CheckpointId;
-use crate::state::test_store::MemStore;
+use crate::state::test_store::Store as MemStore;
 use crate::state::{BackendSnapshot, KeyContext, KeyedStateBackend, KvStore, StateContext};
 
 const MAX_P: usize = 128;
@@ -133,7 +133,7 @@ impl Subtask {
         let store = match kind {
             Kind::Heap => None,
             Kind::Store => {
-                let store = MemStore::new(2, MAX_P);
+                let store = MemStore::with_capacity(2);
                 for snap in restore {
                     store.data.borrow_mut().extend(
                         snap.store
