@@ -434,6 +434,7 @@ pub(crate) fn restore_map(
     plan: &Plan,
     max_parallelism: usize,
     local: &Path,
+    local_recovery: bool,
 ) -> Result<RestoreMap> {
     if manifest.max_parallelism != max_parallelism {
         return Err(Error::Config(format!(
@@ -467,12 +468,12 @@ pub(crate) fn restore_map(
         }
     }
     let mut out = RestoreMap::new();
+    let mut instances = Vec::new();
     for node in &graph.nodes {
         let Some(op) = manifest.operator(&node.operator_id()) else {
             continue;
         };
         let mut old: Vec<OperatorSnapshot> = Vec::with_capacity(op.subtasks.len());
-        let mut dirs = Vec::new();
         for st in &op.subtasks {
             let Some(state_file) = st.files.iter().find(|f| f.name.ends_with(".state")) else {
                 continue;
@@ -486,27 +487,27 @@ pub(crate) fn restore_map(
                 ))
             })?;
             if !snap.files.is_empty() {
-                // Bring the backend's files back to a local directory it can open.
-                let dir = local.join(format!("op{}-{}", node.id.0, st.subtask));
-                std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
-                for f in &snap.files {
-                    let entry = st.files.iter().find(|e| e.name == f.name).ok_or_else(|| {
-                        Error::Config(format!(
-                            "checkpoint {} is missing file {} of operator '{}'",
-                            path.display(),
-                            f.name,
-                            op.uid
-                        ))
-                    })?;
-                    let data = storage.read_file(path, entry).map_err(storage_err)?;
-                    let local_name = f
-                        .path
-                        .file_name()
-                        .ok_or_else(|| Error::Config(format!("bad file name {}", f.name)))?;
-                    let target = dir.join(local_name);
-                    std::fs::write(&target, data).map_err(|e| Error::io(target.display(), e))?;
-                }
-                dirs.push(dir);
+                let entries = snap
+                    .files
+                    .iter()
+                    .map(|f| {
+                        st.files.iter().find(|e| e.name == f.name).cloned().ok_or_else(|| {
+                            Error::Config(format!(
+                                "checkpoint {} is missing file {} of operator '{}'",
+                                path.display(),
+                                f.name,
+                                op.uid
+                            ))
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                instances.push(backend_files::OldInstance {
+                    node: node.id.0,
+                    subtask: st.subtask,
+                    key_groups: key_group_range(st.subtask, max_parallelism, op.parallelism),
+                    files: snap.files.clone(),
+                    entries,
+                });
             }
             old.push(snap);
         }
@@ -524,7 +525,6 @@ pub(crate) fn restore_map(
             let range = key_group_range(s, max_parallelism, p);
             let mut r = RestoreState {
                 checkpoint: Some(manifest.checkpoint_id),
-                backend_dirs: dirs.clone(),
                 watermark,
                 ..Default::default()
             };
@@ -547,8 +547,34 @@ pub(crate) fn restore_map(
         }
         out.insert(node.id.0, per_subtask);
     }
+    // The backends' files: every old instance's, several files at once.
+    let (instances, fetched) =
+        backend_files::fetch(storage, path, instances, local, local_recovery)?;
+    if fetched != backend_files::Fetched::default() {
+        tracing::info!(
+            local_copies = fetched.local,
+            fetched_instances = fetched.fetched,
+            fetched_files = fetched.files,
+            "restored the state backends' files"
+        );
+    }
+    for (node, inst) in instances {
+        let Some(subtasks) = out.get_mut(&node) else {
+            continue;
+        };
+        let p = subtasks.len();
+        for (s, r) in subtasks.iter_mut().enumerate() {
+            let range = key_group_range(s, max_parallelism, p);
+            if inst.key_groups.start < range.end && range.start < inst.key_groups.end {
+                r.backend.push(inst.clone());
+            }
+        }
+    }
+    // The restored checkpoint's shared files are stored: the next checkpoint reuses them.
+    storage.remember_restored(manifest);
     Ok(out)
 }
 
+mod backend_files;
 #[cfg(test)]
 mod tests;

@@ -81,6 +81,22 @@ impl BackendKind {
         }
     }
 
+    /// True when a restore may use the local copy a previous process kept of the
+    /// checkpoint instead of fetching its files (`RocksDbConfig::local_recovery`); the
+    /// memory backend keeps no files.
+    ///
+    /// ```
+    /// use weir_state::BackendKind;
+    /// assert!(!BackendKind::Memory.local_recovery());
+    /// ```
+    pub fn local_recovery(&self) -> bool {
+        match self {
+            BackendKind::Memory => false,
+            #[cfg(feature = "rocksdb")]
+            BackendKind::RocksDb(cfg) => cfg.local_recovery,
+        }
+    }
+
     /// Creates a backend instance for one operator subtask, loaded with its restored state.
     pub fn create(&self, p: BackendParams<'_>) -> Result<Box<dyn KeyedStateBackend>> {
         match self {

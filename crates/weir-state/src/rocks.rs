@@ -43,6 +43,13 @@ pub struct RocksDbConfig {
     pub block_cache_bytes: usize,
     /// RocksDB memtable size per instance, in bytes.
     pub write_buffer_bytes: usize,
+    /// Local recovery (on by default): a process restarted on the same machine restores
+    /// each instance from the local copy the previous process kept of its last checkpoint
+    /// (the RocksDB checkpoint it took in `local_dir`) when that copy holds exactly the
+    /// checkpoint's files (names and sizes), instead of fetching them from checkpoint
+    /// storage. It costs no extra disk: the copy is the one every checkpoint is taken
+    /// from. Turn it off when `local_dir` is not trusted to survive intact between runs.
+    pub local_recovery: bool,
 }
 
 impl Default for RocksDbConfig {
@@ -52,6 +59,7 @@ impl Default for RocksDbConfig {
             cache_entries: 1 << 20,
             block_cache_bytes: 64 << 20,
             write_buffer_bytes: 32 << 20,
+            local_recovery: true,
         }
     }
 }
