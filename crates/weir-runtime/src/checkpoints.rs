@@ -170,6 +170,9 @@ pub(crate) fn write_checkpoint(
 /// Snapshots stored at once by [`write_checkpoint`].
 const STORE_THREADS: usize = 8;
 
+/// Files of one snapshot stored at once.
+const FILE_THREADS: usize = 4;
+
 /// `f` over every item, on up to `threads` threads; the results in the items' order.
 fn parallel_map<T: Send, R: Send>(
     items: &mut [T],
@@ -220,28 +223,32 @@ fn store_snapshot(
     // The asynchronous part: persistent-backend files, each immutable one stored once.
     // Storage knows which shared files it still holds (retention may have deleted one since
     // an earlier checkpoint stored it); savepoints copy every file.
-    for f in &snap.files {
+    // Several files at once: on object storage each is a request that mostly waits.
+    let mut files: Vec<&weir_core::checkpoint::LocalFile> = snap.files.iter().collect();
+    let stored = parallel_map(&mut files, FILE_THREADS, |f| {
         let reused = if f.shared {
             writer.reuse_shared(&f.name).map_err(storage_err)?
         } else {
             None
         };
-        let entry = match reused {
-            Some(e) => e,
+        Ok(match reused {
+            Some(e) => (e, 0),
             None => {
                 // Shared files are immutable: linked into storage where it can.
                 let e = if f.shared {
                     writer.link_shared(&f.name, &f.path)
                 } else {
-                    let data =
-                        std::fs::read(&f.path).map_err(|e| Error::io(f.path.display(), e))?;
-                    writer.write_file(&f.name, &data)
+                    writer.write_file_from(&f.name, &f.path)
                 }
                 .map_err(storage_err)?;
-                written += e.size;
-                e
+                let size = e.size;
+                (e, size)
             }
-        };
+        })
+    });
+    for r in stored {
+        let (entry, bytes) = r?;
+        written += bytes;
         entries.push(entry);
     }
     Ok((node, entries, written))

@@ -75,7 +75,7 @@ impl CheckpointStorage {
         if std::fs::hard_link(&source, target).is_ok() {
             return Ok(());
         }
-        let copied = copy_verified(&source, target);
+        let copied = copy_with_crc(&source, target, false);
         let (size, crc) = match copied {
             Ok(c) => c,
             Err(e) => {
@@ -115,10 +115,11 @@ impl CheckpointStorage {
     }
 }
 
-/// Copies `source` to a new file `target` through a buffer; its size and CRC-32.
-fn copy_verified(source: &Path, target: &Path) -> Result<(u64, u32)> {
+/// Copies `source` to `target` (created or truncated) through a 1 MiB buffer, fsynced when
+/// `sync`; its size and CRC-32. Never holds the file in memory.
+pub(crate) fn copy_with_crc(source: &Path, target: &Path, sync: bool) -> Result<(u64, u32)> {
     let mut from = std::fs::File::open(source).map_err(|e| Error::io("read", source, e))?;
-    let mut to = std::fs::File::create_new(target).map_err(|e| Error::io("create", target, e))?;
+    let mut to = std::fs::File::create(target).map_err(|e| Error::io("create", target, e))?;
     let mut crc = crc32fast::Hasher::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut size = 0u64;
@@ -133,6 +134,9 @@ fn copy_verified(source: &Path, target: &Path) -> Result<(u64, u32)> {
         size += n as u64;
         to.write_all(&buf[..n])
             .map_err(|e| Error::io("write", target, e))?;
+    }
+    if sync {
+        to.sync_all().map_err(|e| Error::io("fsync", target, e))?;
     }
     Ok((size, crc.finalize()))
 }
