@@ -236,7 +236,6 @@ struct NexmarkArgs {
     batch_size: usize,
 }
 
-
 /// Keyed state backend of the job.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 enum State {

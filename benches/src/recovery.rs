@@ -86,7 +86,9 @@ fn measure(a: &RecoveryArgs) -> anyhow::Result<String> {
     let built: Vec<PathBuf> = built.collect();
     // About 100,000 keys a second at least, however loaded the machine.
     let limit = Duration::from_secs(600 + a.keys / 100_000);
-    wait(&mut build, dir, "build", limit, || built.iter().all(|p| p.exists()))?;
+    wait(&mut build, dir, "build", limit, || {
+        built.iter().all(|p| p.exists())
+    })?;
     let last = latest_complete(&dir.join("ck")).unwrap_or(0);
     wait(&mut build, dir, "build", limit, || {
         latest_complete(&dir.join("ck")).is_some_and(|id| id >= last + 2)
@@ -306,7 +308,10 @@ impl SourceFunction<(u64, i64)> for Feed {
     }
 
     fn snapshot(&mut self) -> weir::Result<Option<(Vec<u8>, String)>> {
-        Ok(Some((self.next.to_le_bytes().to_vec(), format!("next {}", self.next))))
+        Ok(Some((
+            self.next.to_le_bytes().to_vec(),
+            format!("next {}", self.next),
+        )))
     }
 }
 

@@ -25,7 +25,10 @@ fn run(extra: &[&str]) -> serde_json::Value {
     assert_eq!(v["parallelism"], 2);
     // 3,000 incompressible 100-byte values are in checkpoint storage.
     let bytes = v["state_bytes"].as_u64().expect("state_bytes");
-    assert!(bytes >= 300_000, "checkpoint storage holds only {bytes} bytes");
+    assert!(
+        bytes >= 300_000,
+        "checkpoint storage holds only {bytes} bytes"
+    );
     let first = v["first_record_s"].as_f64().expect("first_record_s");
     let all = v["all_subtasks_s"].as_f64().expect("all_subtasks_s");
     assert!(first > 0.0 && first <= all, "{v}");

@@ -31,15 +31,27 @@ fn resume(s: &Scenario, tmp: &Path, parallelism: usize) -> String {
         .output()
         .expect("start file_sum");
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "file_sum failed: {}\n{err}", out.status);
+    assert!(
+        out.status.success(),
+        "file_sum failed: {}\n{err}",
+        out.status
+    );
     err
 }
 
 /// The local copies the killed process kept: `chk-*` directories of its RocksDB instances.
 fn local_copies(tmp: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
-    for inst in std::fs::read_dir(tmp.join("weir-rocksdb")).into_iter().flatten().flatten() {
-        for e in std::fs::read_dir(inst.path()).into_iter().flatten().flatten() {
+    for inst in std::fs::read_dir(tmp.join("weir-rocksdb"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for e in std::fs::read_dir(inst.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             if e.file_name().to_string_lossy().starts_with("chk-") {
                 found.push(e.path());
             }
@@ -59,7 +71,10 @@ fn scenario() -> (Scenario, PathBuf) {
 fn a_killed_job_restores_from_its_local_copy() {
     let (s, tmp) = scenario();
     run_and_kill(&s, &tmp);
-    assert!(!local_copies(&tmp).is_empty(), "the killed process kept no local copy");
+    assert!(
+        !local_copies(&tmp).is_empty(),
+        "the killed process kept no local copy"
+    );
     let err = resume(&s, &tmp, 2);
     assert!(
         err.contains("local_copies=2 fetched_instances=0 fetched_files=0"),

@@ -92,10 +92,16 @@ fn the_first_checkpoint_after_a_restore_stores_no_sst_file_again() {
     assert_eq!(out, vec![]);
     let after = manifests(&ck);
     let next = after.last().unwrap();
-    assert!(next.checkpoint_id > first.checkpoint_id, "no checkpoint after the restore");
+    assert!(
+        next.checkpoint_id > first.checkpoint_id,
+        "no checkpoint after the restore"
+    );
     // Every SST file of the new checkpoint is one the restored checkpoint had stored.
     let shared = shared_files(next);
-    assert_eq!(shared, stored, "the restored state's files are shared, none new");
+    assert_eq!(
+        shared, stored,
+        "the restored state's files are shared, none new"
+    );
     // What it wrote: only the files that are not shared (state files, RocksDB's own small
     // files), byte for byte.
     let own: u64 = next.files().filter(|f| !f.shared).map(|f| f.size).sum();

@@ -433,6 +433,7 @@ fn holds_no_state(
     Ok(true)
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn restore_map(
     storage: &CheckpointStorage,
     manifest: &Manifest,
@@ -498,14 +499,18 @@ pub(crate) fn restore_map(
                     .files
                     .iter()
                     .map(|f| {
-                        st.files.iter().find(|e| e.name == f.name).cloned().ok_or_else(|| {
-                            Error::Config(format!(
-                                "checkpoint {} is missing file {} of operator '{}'",
-                                path.display(),
-                                f.name,
-                                op.uid
-                            ))
-                        })
+                        st.files
+                            .iter()
+                            .find(|e| e.name == f.name)
+                            .cloned()
+                            .ok_or_else(|| {
+                                Error::Config(format!(
+                                    "checkpoint {} is missing file {} of operator '{}'",
+                                    path.display(),
+                                    f.name,
+                                    op.uid
+                                ))
+                            })
                     })
                     .collect::<Result<Vec<_>>>()?;
                 instances.push(backend_files::OldInstance {

@@ -127,6 +127,8 @@ pub struct RocksStore {
     /// SST files the instance was restored with, by their name here: their name in
     /// checkpoint storage and size (see [`crate::rocks_restore::Restored`]).
     restored: Arc<crate::rocks_restore::Restored>,
+    /// The background compaction of the key groups a rescale removed, if running.
+    compaction: Option<JoinHandle<()>>,
 }
 
 impl RocksStore {
@@ -153,7 +155,7 @@ impl RocksStore {
         std::fs::create_dir_all(&root).map_err(io(&root))?;
         let opts = db_options(cfg);
         let range = key_group_range(subtask, max_parallelism, parallelism);
-        let (db, restored) =
+        let (db, mut restored) =
             match crate::rocks_restore::restore(&opts, &root, &dir, range, restore) {
                 Ok(r) => r,
                 Err(e) => {
@@ -163,8 +165,12 @@ impl RocksStore {
             };
         let mut write = rocksdb::WriteOptions::default();
         write.disable_wal(true);
+        let db = Arc::new(db);
+        let compaction =
+            crate::rocks_restore::compact_in_background(&db, std::mem::take(&mut restored.compact));
         Ok(RocksStore {
-            db: Some(Arc::new(db)),
+            db: Some(db),
+            compaction,
             dir,
             root,
             instance,
@@ -360,6 +366,9 @@ impl SnapshotJob {
 impl Drop for RocksStore {
     fn drop(&mut self) {
         let _ = self.settle_inflight();
+        if let Some(c) = self.compaction.take() {
+            let _ = c.join();
+        }
         drop(self.db.take());
         let _ = std::fs::remove_dir_all(&self.root);
     }

@@ -5,10 +5,10 @@
 //! the base: its files are hard-linked (copied across file systems) into the new database
 //! directory and opened as they are. Without a change of parallelism that is all. With
 //! one, the base is clipped to the subtask's key groups (whole files outside them are
-//! dropped, the rest deleted by range and compacted away), and every other overlapping
-//! instance is opened read-only, its entries of those key groups written to SST files
-//! with `SstFileWriter` and ingested (their keys overlap nothing left in the base, so they
-//! land in the bottom level without a compaction). This is how Flink's RocksDB backend
+//! dropped, the rest deleted by range, and those ranges compacted away in the background
+//! once the instance runs), and every other overlapping instance is opened read-only, its
+//! entries of those key groups written to SST files with `SstFileWriter` and ingested
+//! (their keys overlap no live key of the base). This is how Flink's RocksDB backend
 //! restores incrementally.
 //!
 //! Every key of every column family starts with its 2-byte big-endian key group; the
@@ -27,13 +27,18 @@ use weir_core::{Error, Result};
 /// does, so it is not stored again (RocksDB never reuses a file number, and the size is
 /// checked as well).
 #[derive(Debug, Default)]
-pub(crate) struct Restored(HashMap<String, (String, u64)>);
+pub(crate) struct Restored {
+    files: HashMap<String, (String, u64)>,
+    /// Ranges the restore deleted (column family, from, to), to compact away in the
+    /// background once the instance runs.
+    pub(crate) compact: Vec<(String, Vec<u8>, Vec<u8>)>,
+}
 
 impl Restored {
     /// The name in checkpoint storage of the local SST file `file` of `size` bytes, when
     /// the instance was restored with it.
     pub(crate) fn stored_name(&self, file: &str, size: u64) -> Option<String> {
-        self.0
+        self.files
             .get(file)
             .filter(|(_, s)| *s == size)
             .map(|(name, _)| name.clone())
@@ -84,9 +89,9 @@ pub(crate) fn restore(
         return Ok((open_db(opts, dir)?, Restored::default()));
     };
     let started = std::time::Instant::now();
-    let restored = place(&base.files, dir)?;
+    let mut restored = place(&base.files, dir)?;
     let mut db = open_db(opts, dir).map_err(|e| restore_error(base, e))?;
-    clip(&db, dir, &base.key_groups, &range)?;
+    restored.compact = clip(&db, dir, &base.key_groups, &range)?;
     for (i, other) in others.iter().enumerate() {
         let groups = overlap(&other.key_groups, &range);
         let n = ingest(&mut db, opts, root, i, other, groups)?;
@@ -96,7 +101,7 @@ pub(crate) fn restore(
         key_groups = ?range,
         base = ?base.key_groups,
         others = others.len(),
-        files = restored.0.len(),
+        files = restored.files.len(),
         elapsed_ms = started.elapsed().as_millis() as u64,
         "restored RocksDB instance from checkpoint files"
     );
@@ -142,12 +147,23 @@ fn place(files: &[LocalFile], dir: &Path) -> Result<Restored> {
             restored.insert(local, (f.name.clone(), size));
         }
     }
-    Ok(Restored(restored))
+    Ok(Restored {
+        files: restored,
+        compact: Vec::new(),
+    })
 }
 
 /// Removes from `db` (the base, which owned `had`) every key group outside `keep`: files
-/// wholly outside are dropped, the rest deleted by range and compacted away.
-fn clip(db: &rocksdb::DB, dir: &Path, had: &Range<u32>, keep: &Range<u32>) -> Result<()> {
+/// wholly outside are dropped, the rest deleted by range (range tombstones: reads skip
+/// them at once). Returns the ranges deleted, to compact away in the background, as
+/// Flink does after a rescale: compacting them here would rewrite every file that spans
+/// the subtask's key groups and the others (most of them), before the first record.
+fn clip(
+    db: &rocksdb::DB,
+    dir: &Path,
+    had: &Range<u32>,
+    keep: &Range<u32>,
+) -> Result<Vec<(String, Vec<u8>, Vec<u8>)>> {
     let mut ranges = Vec::new();
     if had.start < keep.start {
         ranges.push((Vec::new(), group_key(keep.start)));
@@ -155,8 +171,9 @@ fn clip(db: &rocksdb::DB, dir: &Path, had: &Range<u32>, keep: &Range<u32>) -> Re
     if had.end > keep.end {
         ranges.push((group_key(keep.end), END.to_vec()));
     }
+    let mut compact = Vec::new();
     if ranges.is_empty() {
-        return Ok(());
+        return Ok(compact);
     }
     let mut write = rocksdb::WriteOptions::default();
     write.disable_wal(true);
@@ -171,10 +188,37 @@ fn clip(db: &rocksdb::DB, dir: &Path, had: &Range<u32>, keep: &Range<u32>) -> Re
                 .map_err(|e| err("drop files outside the key groups", dir, e))?;
             db.delete_range_cf_opt(cf, from, to, &write)
                 .map_err(|e| err("delete outside the key groups", dir, e))?;
-            db.compact_range_cf(cf, Some(from), Some(to));
+            compact.push((name.clone(), from.clone(), to.clone()));
         }
     }
-    Ok(())
+    Ok(compact)
+}
+
+/// Compacts the ranges a rescale deleted (see [`clip`]), on a background thread; the
+/// instance waits for it before it closes.
+pub(crate) fn compact_in_background(
+    db: &std::sync::Arc<rocksdb::DB>,
+    ranges: Vec<(String, Vec<u8>, Vec<u8>)>,
+) -> Option<std::thread::JoinHandle<()>> {
+    if ranges.is_empty() {
+        return None;
+    }
+    let db = db.clone();
+    std::thread::Builder::new()
+        .name("weir-rocksdb-clip".into())
+        .spawn(move || {
+            let started = std::time::Instant::now();
+            for (cf, from, to) in &ranges {
+                if let Some(cf) = db.cf_handle(cf) {
+                    db.compact_range_cf(cf, Some(from), Some(to));
+                }
+            }
+            tracing::debug!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "compacted the key groups a rescale removed"
+            );
+        })
+        .ok()
 }
 
 /// Ingests into `db` the entries of key groups `groups` of `other`: its files are placed in

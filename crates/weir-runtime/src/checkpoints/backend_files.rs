@@ -160,7 +160,9 @@ mod tests {
         std::fs::create_dir_all(&kept).unwrap();
         std::fs::write(kept.join("000009.sst"), vec![7u8; 10_000]).unwrap();
         std::fs::write(kept.join("MANIFEST-000005"), b"manifest").unwrap();
-        let writer = storage.begin(CheckpointId(1), CheckpointKind::Checkpoint).unwrap();
+        let writer = storage
+            .begin(CheckpointId(1), CheckpointKind::Checkpoint)
+            .unwrap();
         let files = vec![
             LocalFile {
                 path: kept.join("000009.sst"),
@@ -212,7 +214,10 @@ mod tests {
     fn want() -> Vec<(String, Vec<u8>)> {
         vec![
             ("op1-0-owner-0-1-000009.sst".into(), vec![7u8; 10_000]),
-            ("op1-0-owner-0-1-1-MANIFEST-000005".into(), b"manifest".to_vec()),
+            (
+                "op1-0-owner-0-1-1-MANIFEST-000005".into(),
+                b"manifest".to_vec(),
+            ),
         ]
     }
 
@@ -290,8 +295,7 @@ mod tests {
         let stored = storage.dir().join("shared").join(&inst.files[0].name);
         std::fs::remove_file(&stored).unwrap();
         let e = fetch(&storage, &path, vec![inst], &tmp.path().join("r"), false)
-            .err()
-            .expect("fails")
+            .expect_err("fails")
             .to_string();
         assert!(
             e.contains(&stored.display().to_string()) && e.contains("missing"),

@@ -25,8 +25,15 @@ fn open(
     from: &[RestoredInstance],
 ) -> weir_core::Result<(Rc<KeyContext<u64>>, StateContext<u64>)> {
     let label = format!("op1-{subtask}");
-    let backend =
-        RocksDbBackend::open(cfg, &label, MAX, subtask, parallelism, BTreeMap::new(), from)?;
+    let backend = RocksDbBackend::open(
+        cfg,
+        &label,
+        MAX,
+        subtask,
+        parallelism,
+        BTreeMap::new(),
+        from,
+    )?;
     let key = KeyContext::<u64>::new();
     Ok((key.clone(), StateContext::new(key, Box::new(backend))))
 }
@@ -96,7 +103,11 @@ fn check(cfg: &RocksDbConfig, subtask: usize, parallelism: usize, from: &[Restor
             assert_eq!(value.get().unwrap(), want, "key {k} of subtask {subtask}");
             assert_eq!(map.entries().unwrap(), vec![(1, k)], "key {k}");
         } else {
-            assert_eq!(value.get().unwrap(), None, "key {k} is not subtask {subtask}'s");
+            assert_eq!(
+                value.get().unwrap(),
+                None,
+                "key {k} is not subtask {subtask}'s"
+            );
             assert_eq!(map.entries().unwrap(), vec![], "key {k}");
         }
     }
@@ -162,7 +173,11 @@ fn the_first_checkpoint_after_a_restore_reuses_the_restored_files() {
     let hooks = ctx.hooks();
     let mut snap = hooks.borrow_mut().snapshot(CheckpointId(2)).unwrap();
     snap.resolve_files().unwrap();
-    assert_eq!(sst_names(&snap), before, "nothing changed: every file is shared");
+    assert_eq!(
+        sst_names(&snap),
+        before,
+        "nothing changed: every file is shared"
+    );
     key.set(7);
     value.set(1).unwrap();
     let mut snap = hooks.borrow_mut().snapshot(CheckpointId(3)).unwrap();
