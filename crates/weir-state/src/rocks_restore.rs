@@ -31,7 +31,7 @@ pub(crate) struct Restored {
     files: HashMap<String, (String, u64)>,
     /// Ranges the restore deleted (column family, from, to), to compact away in the
     /// background once the instance runs.
-    pub(crate) compact: Vec<(String, Vec<u8>, Vec<u8>)>,
+    pub(crate) compact: Vec<DeletedRange>,
 }
 
 impl Restored {
@@ -44,6 +44,9 @@ impl Restored {
             .map(|(name, _)| name.clone())
     }
 }
+
+/// A key range a restore deleted: column family, from, to (exclusive).
+pub(crate) type DeletedRange = (String, Vec<u8>, Vec<u8>);
 
 /// The first key of key group `g` (and the end of the keys of `g - 1`).
 fn group_key(g: u32) -> Vec<u8> {
@@ -163,7 +166,7 @@ fn clip(
     dir: &Path,
     had: &Range<u32>,
     keep: &Range<u32>,
-) -> Result<Vec<(String, Vec<u8>, Vec<u8>)>> {
+) -> Result<Vec<DeletedRange>> {
     let mut ranges = Vec::new();
     if had.start < keep.start {
         ranges.push((Vec::new(), group_key(keep.start)));
@@ -198,7 +201,7 @@ fn clip(
 /// instance waits for it before it closes.
 pub(crate) fn compact_in_background(
     db: &std::sync::Arc<rocksdb::DB>,
-    ranges: Vec<(String, Vec<u8>, Vec<u8>)>,
+    ranges: Vec<DeletedRange>,
 ) -> Option<std::thread::JoinHandle<()>> {
     if ranges.is_empty() {
         return None;
