@@ -34,6 +34,11 @@
 //!   second (a throttle right before the sink): a slow sink, as a database that takes
 //!   1–3k rows/s. Records back up into the keyed exchange and the reader slows down to the
 //!   sink's pace (backpressure), which is what unaligned checkpoints are for. At least 1.
+//! - `--rebalance-before-sink` spreads the sums over the sink subtasks round-robin (a
+//!   second exchange, before the throttle of `--sink-rate`) instead of writing each key
+//!   where it was summed: every sink subtask then reads from every sum subtask, and its
+//!   checkpoint barriers align over several channels. A key's sums may then land in
+//!   several part files.
 //! - `--state rocksdb|memory` picks the keyed state backend. The default is rocksdb (files
 //!   checkpointed incrementally) when the example is built with `--features rocksdb`, and
 //!   memory otherwise (the quickstart's crate builds without RocksDB by default).
@@ -136,6 +141,8 @@ struct Args {
     mode: CheckpointMode,
     /// Records per second each sink subtask writes at most (`--sink-rate`).
     sink_rate: Option<u64>,
+    /// A round-robin exchange between the sums and the sink (`--rebalance-before-sink`).
+    rebalance_before_sink: bool,
 }
 
 fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
@@ -164,6 +171,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
     let mut latency_tracking_ms = None;
     let mut mode = CheckpointMode::default();
     let mut sink_rate = None;
+    let mut rebalance_before_sink = false;
     // RocksDB when this example is built with the `rocksdb` feature, the heap otherwise.
     let mut state = BackendKind::parse(if cfg!(feature = "rocksdb") {
         "rocksdb"
@@ -235,6 +243,11 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
             }
             "--checkpoint-mode" => mode = parse_mode(&value()?)?,
             "--sink-rate" => sink_rate = Some(parse_sink_rate(&value()?)?),
+            // Handed to the workers too: it shapes the graph.
+            "--rebalance-before-sink" => {
+                rebalance_before_sink = true;
+                job_args.push(flag.clone());
+            }
             "-h" | "--help" => {
                 println!(
                     "usage: file_sum --input IN --output OUTDIR|s3://BUCKET/PREFIX --checkpoint-dir CKDIR \
@@ -242,7 +255,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                      [--from-savepoint PATH] [--start-fresh-if-unusable] [--state rocksdb|memory] \
                      [--state-cache-entries N] [--lease-ms MS] [--web HOST:PORT] [--secret-file PATH] \
                      [--tls-dir DIR] [--measure-bytes] [--latency-tracking-ms MS] \
-                     [--checkpoint-mode aligned|unaligned|aligned-timeout[:MS]] [--sink-rate RECORDS_PER_S]\n       \
+                     [--checkpoint-mode aligned|unaligned|aligned-timeout[:MS]] [--sink-rate RECORDS_PER_S] [--rebalance-before-sink]\n       \
                      file_sum --cluster coordinator --listen HOST:PORT --workers N \
                      [--heartbeat-timeout-ms MS] <job flags>\n       \
                      file_sum --cluster worker --coordinator HOST:PORT [--slots S] [--join-timeout-ms MS] [--secret-file PATH] [--tls-dir DIR]"
@@ -290,6 +303,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                 latency_tracking_ms,
                 mode,
                 sink_rate,
+                rebalance_before_sink,
             });
         }
         Some(other) => bail!("--cluster is `coordinator` or `worker`, not `{other}`"),
@@ -314,6 +328,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         latency_tracking_ms,
         mode,
         sink_rate,
+        rebalance_before_sink,
     })
 }
 
@@ -519,6 +534,9 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
         .process(RunningSum::default)
         .name("running-sum")
         .uid("running-sum");
+    if args.rebalance_before_sink {
+        sums = sums.rebalance();
+    }
     if let Some(rate) = args.sink_rate {
         sums = sums
             .process(move || Throttle::new(rate))

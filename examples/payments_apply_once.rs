@@ -6,7 +6,8 @@
 //! cargo run --release --example payments_apply_once -- --postgres URL --input PAYMENTS \
 //!     --checkpoint-dir CKDIR [--schema NAME] [--create-orders N] [--dead-letters DIR] \
 //!     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
-//!     [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR] [--measure-bytes]
+//!     [--checkpoint-mode MODE] [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR] \
+//!     [--measure-bytes]
 //! ```
 //!
 //! - PAYMENTS holds lines `payment_id,order_id,amount` (amount: an i64). A payment may
@@ -28,6 +29,12 @@
 //! - `--parallelism P` runs P sink subtasks with payments spread round-robin, so duplicates
 //!   of one payment can meet in two subtasks at once (one applies, the other gets a conflict
 //!   and then finds the key DONE). `--max-rate` throttles the reader so a kill can land mid-run.
+//! - `--checkpoint-mode aligned|unaligned|aligned-timeout|aligned-timeout:MS` sets how
+//!   checkpoint barriers pass the payments queued before the sink (docs/checkpoints.md).
+//!   The sink is the slow part of this job (a database transaction per payment), so
+//!   payments back up in front of it; with `unaligned` the barriers overtake them and the
+//!   checkpoint stores them, to be applied after a restore — where the apply-once sink
+//!   recognises any that it had applied already.
 //! - `--web HOST:PORT` serves the job's REST API and metrics while it runs
 //!   (docs/operations.md); port 0 picks a free port, printed at the start.
 //! - Exits 0 when the input is consumed and the final checkpoint completed; prints the
@@ -67,6 +74,8 @@ struct Args {
     tls: Option<weir::Tls>,
     /// Measure the bytes records take on channels (`--measure-bytes`, with `--web`).
     measure_bytes: bool,
+    /// How barriers pass records in flight (`--checkpoint-mode`).
+    mode: CheckpointMode,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -78,6 +87,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut secret_file = None;
     let mut tls_dir = None;
     let mut measure_bytes = false;
+    let mut mode = CheckpointMode::default();
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -95,12 +105,18 @@ fn parse_args() -> anyhow::Result<Args> {
             "--max-rate" => max_rate = Some(value()?.parse().context("--max-rate")?),
             "--web" => web = Some(value()?),
             "--measure-bytes" => measure_bytes = true,
+            "--checkpoint-mode" => {
+                mode = value()?
+                    .parse::<CheckpointMode>()
+                    .map_err(|e| anyhow::anyhow!("--checkpoint-mode: {e}"))?
+            }
             "--secret-file" => secret_file = Some(PathBuf::from(value()?)),
             "--tls-dir" => tls_dir = Some(PathBuf::from(value()?)),
             other => bail!(
                 "unknown argument {other:?}; usage: payments_apply_once --postgres URL --input PAYMENTS \
                  --checkpoint-dir CKDIR [--schema NAME] [--create-orders N] [--dead-letters DIR] \
                  [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
+                 [--checkpoint-mode aligned|unaligned|aligned-timeout[:MS]] \
                  [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR] [--measure-bytes]"
             ),
         }
@@ -129,6 +145,7 @@ fn parse_args() -> anyhow::Result<Args> {
         secret: weir::Secret::from_file_or_env(secret_file.as_deref())?,
         tls: weir::Tls::from_dir_or_env(tls_dir.as_deref())?,
         measure_bytes,
+        mode,
     })
 }
 
@@ -183,10 +200,12 @@ fn main() -> anyhow::Result<()> {
     if let Some(n) = args.create_orders {
         create_orders(&args.url, &args.schema, n)?;
     }
-    let mut env = Env::new().parallelism(args.parallelism).checkpoints(
-        CheckpointConfig::new(&args.checkpoint_dir)
-            .interval(Duration::from_millis(args.interval_ms)),
-    );
+    let mut checkpoints = CheckpointConfig::new(&args.checkpoint_dir)
+        .interval(Duration::from_millis(args.interval_ms));
+    checkpoints.mode = args.mode;
+    let mut env = Env::new()
+        .parallelism(args.parallelism)
+        .checkpoints(checkpoints);
     if let Some(a) = &args.web {
         env = env.web_address(a);
     }

@@ -133,3 +133,130 @@ impl Checkpoints {
         }
     }
 }
+
+/// A schedule of SIGKILLs that waits for checkpoints taken under backpressure: see
+/// [`KillPlan::after_channel_state`].
+pub struct KillPlan<'a> {
+    /// The job, for messages.
+    pub name: &'a str,
+    /// At most this many runs are killed.
+    pub rounds: usize,
+    /// The seed of the random kill moments.
+    pub seed: u64,
+    /// A run is killed a random 0..`spread_ms` ms after its first checkpoint holding
+    /// in-flight records.
+    pub spread_ms: u64,
+    /// How long a run may take to show that checkpoint.
+    pub limit: std::time::Duration,
+}
+
+impl KillPlan<'_> {
+    /// Starts a job again and again on its checkpoint directory `dir` (`start(i)` gives run
+    /// i's command) and kills run i with SIGKILL once it has completed a checkpoint that
+    /// stored in-flight records (`channel_state_bytes` > 0 in its manifest), a random
+    /// moment (0..`spread_ms` ms) later. So every killed run leaves a recent checkpoint taken
+    /// under backpressure and the next run restores from held channel state, however long
+    /// the job's start-up (a Kafka consumer's, a cluster's) takes. A run that shows no such
+    /// checkpoint within `limit` fails the test; a run that ends by itself must have
+    /// succeeded and ends the kills. Every manifest seen goes into `seen`. Returns how many
+    /// kills landed while the job ran.
+    pub fn after_channel_state(
+        &self,
+        dir: &Path,
+        seen: &mut Checkpoints,
+        mut start: impl FnMut(usize) -> Command,
+    ) -> usize {
+        let KillPlan {
+            name,
+            rounds,
+            seed,
+            spread_ms,
+            limit,
+        } = *self;
+        use std::os::unix::process::ExitStatusExt;
+        use std::time::{Duration, Instant};
+        let mut rng = Rng::new(seed);
+        let mut landed = 0;
+        for i in 0..rounds {
+            seen.record(dir);
+            let before = seen.with_channel_state();
+            let mut child = start(i)
+                .spawn()
+                .unwrap_or_else(|e| panic!("start {name}: {e}"));
+            let deadline = Instant::now() + limit;
+            let mut kill_at = None;
+            let status = loop {
+                if let Some(status) = child.try_wait().expect("poll the job") {
+                    break status;
+                }
+                seen.record(dir);
+                let now = Instant::now();
+                match kill_at {
+                    None if seen.with_channel_state().len() > before.len() => {
+                        kill_at = Some(now + Duration::from_millis(rng.below(spread_ms.max(1))));
+                    }
+                    Some(t) if now >= t => {
+                        child.kill().expect("SIGKILL the job");
+                        break child.wait().expect("reap the job");
+                    }
+                    None if now > deadline => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        panic!(
+                            "run {i} of {name} completed no checkpoint holding in-flight records \
+                             within {limit:?}; checkpoints seen: {:?}",
+                            seen.stats
+                        );
+                    }
+                    _ => {}
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            seen.record(dir);
+            if status.signal() == Some(9) {
+                landed += 1;
+                continue;
+            }
+            let err = crate::stderr_of(&mut child);
+            assert!(status.success(), "{name} failed: {status}\n{err}");
+            break;
+        }
+        landed
+    }
+}
+
+impl Checkpoints {
+    /// The checkpoints recorded that stored in-flight records, oldest first.
+    pub fn with_channel_state(&self) -> Vec<u64> {
+        self.stats
+            .iter()
+            .filter(|(_, s)| s["channel_state_bytes"].as_u64().unwrap_or(0) > 0)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// The in-flight bytes checkpoint `id` stored (0 if it stored none), failing the test
+    /// if its manifest was never seen.
+    pub fn channel_state_bytes(&self, id: u64) -> u64 {
+        let stats = self
+            .stats
+            .get(&id)
+            .unwrap_or_else(|| panic!("checkpoint {id} was never seen: {:?}", self.stats));
+        stats["channel_state_bytes"].as_u64().unwrap_or(0)
+    }
+}
+
+/// The checkpoint a run's log (weir's `resuming from checkpoint N (PATH)` line) says it
+/// resumed from.
+pub fn resumed_from(log: &str) -> Option<u64> {
+    let at = log.find("resuming from checkpoint ")? + "resuming from checkpoint ".len();
+    log[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// What a task logs when it replays the in-flight records of the unaligned checkpoint it
+/// restored, before any new input.
+pub const REPLAYED: &str = "replayed the in-flight records of the restored unaligned checkpoint";

@@ -61,11 +61,19 @@
 //! ```
 //! runs a keyed job fed at a fixed rate and prints source-to-sink latency percentiles
 //! (see `latency.rs`).
+//!
+//! ```text
+//! cargo run --release -p weir-bench -- state-collections --sizes 1000,100000,1000000 [--ops 100000]
+//! ```
+//! times list appends and map puts on the RocksDB backend against one key whose list and
+//! map already hold each size, checkpoints included, and prints one JSON line per size
+//! (see `collections.rs`).
 
 mod async_io;
 mod backpressure;
 mod broadcast_rules;
 mod cluster;
+mod collections;
 mod in_flight;
 mod jobs;
 mod latency;
@@ -125,6 +133,9 @@ enum Job {
     /// Aligned checkpoint time through a backpressured pipeline (sink throttled), with
     /// fixed-capacity channels (`--in-flight-target-ms 0`) or bounded in-flight data.
     InFlightCheckpoint(in_flight::InFlightArgs),
+    /// List appends and map puts on RocksDB against one key whose collections already
+    /// hold each of `--sizes` elements: the cost per operation as a collection grows.
+    StateCollections(CollectionsArgs),
     /// A worker of `keyed-sum --workers N`, started by the coordinating weir-bench.
     #[command(hide = true)]
     ClusterWorker(WorkerArgs),
@@ -234,6 +245,20 @@ struct NexmarkArgs {
     /// Records per channel batch.
     #[arg(long, default_value_t = 1024)]
     batch_size: usize,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct CollectionsArgs {
+    /// Elements in the list and entries in the map before the timed operations.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1000,10000,100000,1000000"
+    )]
+    sizes: Vec<u64>,
+    /// Timed appends, and timed puts.
+    #[arg(long, default_value_t = 100_000)]
+    ops: u64,
 }
 
 /// Keyed state backend of the job.
@@ -550,6 +575,22 @@ fn main() -> ExitCode {
                 }
             };
         }
+        Job::StateCollections(c) => {
+            if c.ops == 0 {
+                eprintln!("weir-bench: --ops must be at least 1");
+                return ExitCode::from(2);
+            }
+            for &size in &c.sizes {
+                match collections::run(size, c.ops) {
+                    Ok(line) => println!("{line}"),
+                    Err(e) => {
+                        eprintln!("weir-bench: state-collections failed at size {size}: {e:#}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+            return ExitCode::SUCCESS;
+        }
         Job::Recovery(r) => {
             return match recovery::run(r) {
                 Ok(line) => {
@@ -636,6 +677,7 @@ fn main() -> ExitCode {
         }
         Job::Recovery(_)
         | Job::RecoveryChild(_)
+        | Job::StateCollections(_)
         | Job::Nexmark(_)
         | Job::ClusterWorker(_)
         | Job::AsyncIo(_)

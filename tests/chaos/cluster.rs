@@ -35,6 +35,8 @@ pub(super) struct Cluster<'a> {
     pub(super) max_rate: u64,
     logs: PathBuf,
     started: usize,
+    /// A worker was started: the coordinator's address is known and must stay.
+    workers_started: bool,
 }
 
 impl<'a> Cluster<'a> {
@@ -53,6 +55,7 @@ impl<'a> Cluster<'a> {
             max_rate: 6_000,
             logs,
             started: 0,
+            workers_started: false,
         }
     }
 
@@ -74,8 +77,26 @@ impl<'a> Cluster<'a> {
         self.coordinator_env(extra, &[])
     }
 
-    /// The coordinator with extra job flags and environment variables.
+    /// The coordinator with extra job flags and environment variables. Until a worker was
+    /// started, a coordinator that could not bind its ports (another test's process took
+    /// one after [`free_port`] released it) is started again on new ones.
     pub(super) fn coordinator_env(
+        &mut self,
+        extra: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> (Child, PathBuf) {
+        for _ in 0..5 {
+            let (mut child, path) = self.spawn_coordinator(extra, env);
+            if self.workers_started || !lost_its_ports(&mut child, &path) {
+                return (child, path);
+            }
+            self.address = format!("127.0.0.1:{}", free_port());
+            self.web = format!("127.0.0.1:{}", free_port());
+        }
+        panic!("the coordinator found its ports taken five times in a row");
+    }
+
+    fn spawn_coordinator(
         &mut self,
         extra: &[&str],
         env: &[(&str, &std::ffi::OsStr)],
@@ -111,7 +132,12 @@ impl<'a> Cluster<'a> {
     }
 
     /// A worker, with a fail point turned on when `failpoints` names one.
-    fn worker_with(&mut self, slots: usize, failpoints: Option<&str>) -> (Child, PathBuf) {
+    pub(super) fn worker_with(
+        &mut self,
+        slots: usize,
+        failpoints: Option<&str>,
+    ) -> (Child, PathBuf) {
+        self.workers_started = true;
         let (path, log) = self.log_file("worker");
         let mut c = Command::new(env!("CARGO_BIN_EXE_file_sum"));
         if let Some(secret) = &self.secret {
@@ -138,6 +164,22 @@ impl<'a> Cluster<'a> {
     }
 }
 
+/// Waits until a coordinator listens or exits; true when it exited because a port it was
+/// given is in use.
+fn lost_its_ports(child: &mut Child, log: &Path) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        if read(log).contains("coordinator listening on") {
+            return false;
+        }
+        if child.try_wait().expect("poll the coordinator").is_some() {
+            return read(log).contains("Address already in use");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
 /// Waits until the scenario's checkpoint directory holds a complete checkpoint newer
 /// than `after`.
 pub(super) fn wait_checkpoint_after(s: &Scenario, after: u64) {
@@ -149,7 +191,7 @@ pub(super) fn wait_checkpoint_after(s: &Scenario, after: u64) {
 }
 
 /// Runs `weir cluster ARGS --web ADDRESS` and returns its stdout; it must succeed.
-fn weir_cluster(web: &str, args: &[&str]) -> String {
+pub(super) fn weir_cluster(web: &str, args: &[&str]) -> String {
     let out = weir_cluster_output(web, args);
     assert!(
         out.status.success(),
@@ -180,11 +222,17 @@ fn count(path: &Path, needle: &str) -> usize {
 
 /// Waits for a line in a log.
 pub(super) fn wait_log(path: &Path, needle: &str, times: usize) {
-    wait_for(
-        &format!("{needle:?} (×{times}) in {}", path.display()),
-        Duration::from_secs(60),
-        || count(path, needle) >= times,
-    );
+    let limit = Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + limit;
+    while count(path, needle) < times {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {needle:?} (×{times}) in {}:\n{}",
+            path.display(),
+            read(path)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn signal(child: &Child, sig: &str) {

@@ -14,6 +14,7 @@ mod cluster;
 mod cluster_object_storage;
 mod cluster_staging;
 mod cluster_tls;
+mod cluster_unaligned;
 mod event_time;
 mod harness;
 mod kills;

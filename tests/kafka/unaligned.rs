@@ -1,23 +1,32 @@
 //! kafka_sum killed with SIGKILL under backpressure with unaligned checkpoints: the input
 //! topic is full before the job starts, each source subtask reads [`READ_RATE`] records/s
 //! (`--max-rate`) while each sink subtask produces at most [`SINK_RATE`] records/s
-//! (`--sink-rate`), so the keyed exchange is full whenever a checkpoint is taken. The job is killed at random moments,
-//! restarted each time (once at another parallelism), then restored at a third parallelism
-//! and run to the end. The independent `read_committed` reader must see, per key, exactly
+//! (`--sink-rate`), so the keyed exchange holds thousands of records whenever a checkpoint
+//! is taken. Each run is killed a random moment after it completed a checkpoint that stored
+//! in-flight records (channel state), and restarted (once at another parallelism); the
+//! job is then restored at a third parallelism and run to the end. Every restore replays
+//! held channel state; the independent `read_committed` reader must see, per key, exactly
 //! the running sums of the input in order (nothing lost, nothing twice), and no
 //! transaction may be left open.
+//!
+//! Why the runs wait for such a checkpoint instead of dying at a random moment from their
+//! start: a kafka_sum run reads nothing for its first ~2 s (the consumer's start-up and the
+//! sink's transactional producer), and an unaligned barrier still waits for the batch in
+//! hand of a throttled chain (up to 1024 records at the sink's pace) and for the source's
+//! blocked send, so early kills leave only checkpoints of empty channels.
 
-use crate::chaos::{Job, newest_checkpoint};
+use crate::chaos::Job;
 use std::process::Command;
-use weir_tests::harness::{Checkpoints, kill_at_random};
+use std::time::Duration;
+use weir_tests::harness::{Checkpoints, KillPlan, REPLAYED, resumed_from};
 
-/// Records per second each sink subtask produces at most: at parallelism 2 the input
-/// takes 12 s of the sink's work, more than the killed runs last all together (8.2 s for
-/// this seed), so every kill lands while the job runs.
+/// Records per second each sink subtask produces at most.
 const SINK_RATE: u64 = 500;
-/// Records per second each source subtask reads: six times what the sinks write.
+/// Records per second each source subtask reads: three times what the sinks write.
 const READ_RATE: u64 = 1_500;
-const RECORDS: usize = 12_000;
+/// More than the killed runs get through (~1,000 records/s once reading, a few seconds
+/// each), so every kill lands while the job runs.
+const RECORDS: usize = 30_000;
 const KEYS: u64 = 30;
 const INTERVAL_MS: u64 = 200;
 
@@ -36,14 +45,21 @@ fn with_mode(mut c: Command, mode: &str) -> Command {
     c
 }
 
-/// Kills kafka_sum in checkpoint mode `mode` `rounds` times, 50..2050 ms into each run
-/// (parallelism 2, one run at 1), then resumes it at parallelism 3 to the end and checks.
+/// Kills kafka_sum in checkpoint mode `mode` `rounds` times, each after a checkpoint
+/// holding in-flight records (parallelism 2, one run at 1), then resumes it at
+/// parallelism 3 to the end and checks the output and what each restore replayed.
 fn kills_under_backpressure(mode: &str, seed: u64, rounds: usize) {
     let mut job = Job::new(RECORDS, KEYS, seed);
     let logs = job.dir.path().to_path_buf();
     let mut seen = Checkpoints::default();
-    let landed = kill_at_random("kafka_sum", rounds, seed, 2_000, |i| {
-        seen.record(&job.checkpoints());
+    let plan = KillPlan {
+        name: "kafka_sum",
+        rounds,
+        seed,
+        spread_ms: 1_000,
+        limit: Duration::from_secs(60),
+    };
+    let landed = plan.after_channel_state(&job.checkpoints(), &mut seen, |i| {
         let parallelism = if i == rounds / 2 { 1 } else { 2 };
         let mut c = with_mode(job.command(parallelism, INTERVAL_MS), mode);
         let log = std::fs::File::create(logs.join(format!("killed-{i:02}.log"))).expect("log");
@@ -51,28 +67,52 @@ fn kills_under_backpressure(mode: &str, seed: u64, rounds: usize) {
             .stderr(log);
         c
     });
-    seen.record(&job.checkpoints());
     assert_eq!(
         landed, rounds,
         "a run finished before its kill: the input is too short for {rounds} kills"
     );
-    let from = newest_checkpoint(&job)
-        .unwrap_or_else(|| panic!("no checkpoint completed in {rounds} runs (mode {mode})"));
+    // Every restart after the first resumed from a checkpoint holding in-flight records
+    // and replayed them before reading on.
+    for i in 1..rounds {
+        let log = std::fs::read_to_string(logs.join(format!("killed-{i:02}.log"))).expect("log");
+        let from = resumed_from(&log)
+            .unwrap_or_else(|| panic!("killed run {i} did not resume from a checkpoint:\n{log}"));
+        assert!(
+            seen.channel_state_bytes(from) > 0,
+            "killed run {i} resumed from checkpoint {from}, which held no in-flight records: {:?}",
+            seen.stats[&from]
+        );
+        assert!(
+            log.contains(REPLAYED),
+            "killed run {i} resumed from checkpoint {from} without replaying its channel state:\n{log}"
+        );
+    }
     let log = job.run_to_end(with_mode(job.command(3, INTERVAL_MS), mode));
+    seen.record(&job.checkpoints());
+    let from = resumed_from(&log)
+        .unwrap_or_else(|| panic!("the last run (parallelism 3) did not resume:\n{log}"));
     assert!(
-        log.contains(&format!("resuming from checkpoint {from} ")),
-        "the last run (parallelism 3) did not resume from checkpoint {from}:\n{log}"
+        seen.channel_state_bytes(from) > 0,
+        "the last run resumed from checkpoint {from}, which held no in-flight records"
+    );
+    assert!(
+        log.contains(REPLAYED),
+        "the last run (parallelism 3) did not replay the channel state of {from}:\n{log}"
     );
     let read = job.check();
     seen.assert_taken_under_backpressure(mode);
+    seen.assert_stored_channel_state(mode);
     eprintln!(
-        "{mode}: {landed} kills, {} checkpoints seen, the last run resumed from {from}; \
-         exactly-once (check {read:?})",
-        seen.stats.len()
+        "{mode}: {} kills, {} checkpoints seen ({} with channel state), the last run \
+         resumed from {from} ({} bytes in flight); exactly-once (check {read:?})",
+        landed,
+        seen.stats.len(),
+        seen.with_channel_state().len(),
+        seen.channel_state_bytes(from)
     );
 }
 
 #[test]
 fn sigkill_under_backpressure_with_unaligned_checkpoints() {
-    kills_under_backpressure("unaligned", 0x0A11_6E1D, 8);
+    kills_under_backpressure("unaligned", 0x0A11_6E1D, 5);
 }

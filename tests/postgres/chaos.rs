@@ -8,12 +8,12 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use weir_tests::Rng;
-use weir_tests::{stderr_of, wait_within};
+use weir_tests::wait_within;
 
 /// Payments for orders 1..=orders, each sent 1–3 times, shuffled; plus `poison` payments
 /// with amount 0 for orders orders+1..=orders+poison (the ledger refuses them).
-struct Payments {
-    dir: tempfile::TempDir,
+pub(crate) struct Payments {
+    pub(crate) dir: tempfile::TempDir,
     input: PathBuf,
     schema: Schema,
     orders: i64,
@@ -22,7 +22,7 @@ struct Payments {
 }
 
 impl Payments {
-    fn new(orders: i64, poison: i64, seed: u64) -> Payments {
+    pub(crate) fn new(orders: i64, poison: i64, seed: u64) -> Payments {
         let mut rng = Rng::new(seed | 1);
         let mut lines = Vec::new();
         let mut valid = BTreeMap::new();
@@ -56,13 +56,28 @@ impl Payments {
         }
     }
 
+    /// The job's checkpoint directory.
+    pub(crate) fn checkpoints(&self) -> PathBuf {
+        self.dir.path().join("ck")
+    }
+
     fn start(&self, parallelism: usize, max_rate: u64, failpoint: Option<&str>) -> Child {
+        let mut cmd = self.command(parallelism, max_rate);
+        if let Some(f) = failpoint {
+            cmd.env("WEIR_FAILPOINTS", f);
+        }
+        cmd.spawn().expect("start payments_apply_once")
+    }
+
+    /// `payments_apply_once` on this input and schema, without fail points, its standard
+    /// error piped.
+    pub(crate) fn command(&self, parallelism: usize, max_rate: u64) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_payments_apply_once"));
         cmd.args(["--postgres", url(), "--schema", &self.schema.name])
             .arg("--input")
             .arg(&self.input)
             .arg("--checkpoint-dir")
-            .arg(self.dir.path().join("ck"))
+            .arg(self.checkpoints())
             .args(["--create-orders", &self.orders.to_string()])
             .args(["--checkpoint-interval-ms", "200"])
             .args(["--parallelism", &parallelism.to_string()])
@@ -70,25 +85,36 @@ impl Payments {
             .env_remove("WEIR_FAILPOINTS")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        if let Some(f) = failpoint {
-            cmd.env("WEIR_FAILPOINTS", f);
-        }
-        cmd.spawn().expect("start payments_apply_once")
+        cmd
     }
 
     fn run_to_end(&self, parallelism: usize) {
-        let mut child = self.start(parallelism, 100_000, None);
+        self.run_to_end_with(parallelism, &[]);
+    }
+
+    /// Runs the job to its end with `extra` arguments, asserts exit 0, returns its
+    /// standard error (kept in a file while it runs: a full pipe would stall the job).
+    pub(crate) fn run_to_end_with(&self, parallelism: usize, extra: &[&str]) -> String {
+        let log = self.dir.path().join("run-to-end.log");
+        let file = std::fs::File::create(&log).expect("create the run's log");
+        let mut child = self
+            .command(parallelism, 100_000)
+            .args(extra)
+            .stderr(file)
+            .spawn()
+            .expect("start payments_apply_once");
         let status = wait_within(&mut child, Duration::from_secs(120));
-        let err = stderr_of(&mut child);
+        let err = std::fs::read_to_string(&log).unwrap_or_default();
         assert!(
             status.success(),
             "payments_apply_once failed: {status}\n{err}"
         );
+        err
     }
 
     /// Every valid payment paid its order exactly once; poison payments are only in the
     /// dead letters, with their keys.
-    fn check(&mut self) {
+    pub(crate) fn check(&mut self) {
         let s = self.schema.name.clone();
         let ledger: BTreeMap<String, (i64, i64, i64)> = self
             .schema

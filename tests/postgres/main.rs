@@ -12,5 +12,6 @@ mod chaos;
 mod protocol;
 mod sinks;
 mod support;
+mod unaligned;
 mod upsert_chaos;
 mod upserts;

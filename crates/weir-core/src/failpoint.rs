@@ -3,8 +3,10 @@
 //! Set `WEIR_FAILPOINTS=name=action[,name=action...]`; actions: `kill` (the process
 //! sends itself SIGKILL, exactly as `kill -9` from outside would), `stop` (the process
 //! sends itself SIGSTOP and goes on after a SIGCONT: a frozen cluster worker), `exit`
-//! (exit status 86 at once, without flushing or cleanup), `panic`, and `error` (the operation
-//! at the fail point fails with an I/O error, where the code asks with [`check`]). A fail
+//! (exit status 86 at once, without flushing or cleanup), `panic`, `sleep:MS` (the thread
+//! that hit it waits MS milliseconds, then goes on: a slow network or machine), and `error`
+//! (the operation at the fail point fails with an I/O error, where the code asks with
+//! [`check`]). A fail
 //! point fires the first time it is hit. Names used by weir: `checkpoint.before_metadata`,
 //! `checkpoint.after_metadata`, `savepoint.before_metadata` (job coordinator), `sink.after_precommit`,
 //! `sink.before_commit`, `sink.after_commit` (exactly-once file sink), and in the Kafka
@@ -12,7 +14,8 @@
 //! another thread while the commit is in flight), `kafka.after_commit`,
 //! `kafka.during_replay` (half-way through re-producing an epoch on restore), and
 //! `cluster.stage` (a cluster coordinator staging the checkpoint files a worker sent; use
-//! `error`).
+//! `error`), `cluster.final_notice` (a cluster worker handing its tasks the notice that a
+//! checkpoint is the final one; use `sleep:MS`).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -111,11 +114,19 @@ fn fire(name: &str, action: &str) {
                 .status();
         }
         "exit" => std::process::exit(86),
+        sleep if sleep.starts_with("sleep:") => match sleep["sleep:".len()..].parse::<u64>() {
+            Ok(ms) => std::thread::sleep(std::time::Duration::from_millis(ms)),
+            Err(_) => tracing::error!(
+                fail_point = name,
+                action = sleep,
+                "fail point '{name}': '{sleep}' is not sleep:MILLISECONDS"
+            ),
+        },
         "panic" => panic!("fail point '{name}'"),
         other => tracing::error!(
             fail_point = name,
             action = other,
-            "unknown fail point action '{other}' (use kill, stop, exit, panic, or error where the code checks for it)"
+            "unknown fail point action '{other}' (use kill, stop, exit, panic, sleep:MS, or error where the code checks for it)"
         ),
     }
 }

@@ -2,10 +2,12 @@
 //!
 //! `WEIR_FAILPOINTS=name=action[,name=action...]` turns fail points on; actions:
 //! `kill` (the process sends itself SIGKILL, as `kill -9` would), `exit` (exits at once
-//! with status 86, no cleanup), `panic`, `error` (where the code checks for it). Each named
+//! with status 86, no cleanup), `panic`, `sleep:MS` (the thread waits, then goes on),
+//! `error` (where the code checks for it). Each named
 //! point fires the first time it is hit. Names in the runtime: `checkpoint.before_metadata`,
 //! `checkpoint.after_metadata`, `savepoint.before_metadata` (a savepoint's files are written,
 //! its manifest is not), `cluster.stage` (`error`: staging a worker's checkpoint files
-//! fails); in sinks: `sink.after_precommit`, `sink.before_commit`, `sink.after_commit`.
+//! fails), `cluster.final_notice` (`sleep:MS`: a worker hands its tasks the final
+//! checkpoint's trigger late); in sinks: `sink.after_precommit`, `sink.before_commit`, `sink.after_commit`.
 
 pub use weir_core::failpoint::hit;

@@ -28,6 +28,7 @@ use weir_core::{Error, Result};
 use weir_state::BackendParams;
 
 mod align;
+mod end_of_time;
 mod unaligned;
 use align::{Aligned, Aligner};
 
@@ -559,6 +560,14 @@ fn unaligned_mode(job: &JobShared) -> bool {
         .is_some_and(|c| c.mode == crate::CheckpointMode::Unaligned)
 }
 
+/// The job's checkpoint mode (aligned without checkpoints).
+fn mode_of(job: &JobShared) -> crate::CheckpointMode {
+    job.cfg
+        .checkpoint
+        .as_ref()
+        .map_or(crate::CheckpointMode::Aligned, |c| c.mode)
+}
+
 fn cancelled(ck: &Checkpoints<'_>) -> bool {
     ck.spec.cancel.load(Ordering::Relaxed)
 }
@@ -613,7 +622,11 @@ fn run_source(
                         src.control(Control::Barrier(id))
                     })?;
                 } else {
-                    src.control(Control::Barrier(id))?;
+                    // After the end of its input (the final checkpoint among them) a
+                    // source's barriers never go on a priority lane.
+                    end_of_time::send_barrier(mode_of(job), finished || is_final, || {
+                        src.control(Control::Barrier(id))
+                    })?;
                 }
                 // Only the final checkpoint (requested once every source finished) ends a
                 // finished source: earlier ones still need every source to acknowledge.
@@ -754,11 +767,8 @@ fn run_operator(
         tracker.resume_at(w);
     }
     let mut aligner = Aligner::new(channels.len(), exactly_once);
-    let mode = job
-        .cfg
-        .checkpoint
-        .as_ref()
-        .map_or(crate::CheckpointMode::Aligned, |c| c.mode);
+    let mode = mode_of(job);
+    let mut end_of_time = end_of_time::EndOfTime::new(channels.len());
     let mut unaligned = unaligned::Unaligned::default();
     let head_operator = job.graph.nodes[ck.spec.head].operator_id();
     let parallelism = job.plan.parallelism[ck.spec.head];
@@ -912,6 +922,7 @@ fn run_operator(
                             tracker.on_record(flat);
                         }
                         GateEvent::Watermark(w) => {
+                            end_of_time.on_watermark(flat, w);
                             if let Some(wm) = tracker.on_watermark(flat, w) {
                                 target.send(Control::Watermark(wm))?;
                             }
@@ -1001,13 +1012,15 @@ fn run_operator(
         }
         if let Aligned::Complete(id, alignment) = aligned {
             ck.snapshot(id, alignment, Some(tracker.current()))?;
-            target.send(Control::Barrier(id))?;
+            let after_end = tracker.current() == MAX_WATERMARK;
+            end_of_time::send_barrier(mode, after_end, || target.send(Control::Barrier(id)))?;
         }
         // Aligned with a timeout: an alignment that has taken too long goes on unaligned
-        // (not the final checkpoint's: the sinks commit everything at it).
+        // (not the final checkpoint's: the sinks commit everything at it; see end_of_time).
         if let crate::CheckpointMode::AlignedTimeout(limit) = mode
             && let Some((id, started)) = aligner.pending()
             && started.elapsed() >= limit
+            && !end_of_time.all_arrived_reached(aligner.arrived())
             && !final_or_told(&commands, &mut final_checkpoint, ck, id)?
         {
             tracing::debug!(checkpoint = %id, "alignment timed out: the checkpoint goes on unaligned");

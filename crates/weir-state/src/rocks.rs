@@ -2,9 +2,10 @@
 //!
 //! Each keyed operator subtask owns a RocksDB instance in a local working directory, with
 //! the write-ahead log off (the checkpoint is the durability point). Value, list and map
-//! states are typed write-back caches over it (see `weir_core::state::CachedTable`): the
-//! cache is written to RocksDB in one batch when it outgrows its capacity, and at every
-//! checkpoint barrier. At the barrier the task thread only encodes the changed entries and
+//! states are typed write-back caches over it (see `weir_core::state::CachedTable`,
+//! `StoreListTable` and `StoreMapTable`; a list element and a map entry are each one
+//! RocksDB entry, read in key order with [`KvStore::scan`]): the cache is written to
+//! RocksDB in one batch when it outgrows its capacity, and at every checkpoint barrier. At the barrier the task thread only encodes the changed entries and
 //! marks them clean; a background thread sorts them, writes them as one SST file, ingests
 //! it and takes a RocksDB checkpoint (hard links) while the task goes on with records.
 //! Until that thread is done the task does not write to RocksDB or evict from the cache
@@ -390,6 +391,21 @@ impl KvStore for RocksStore {
         self.db()
             .write_opt(b, &self.write)
             .map_err(|e| err("write", &self.dir, e))
+    }
+    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut opts = rocksdb::ReadOptions::default();
+        opts.set_iterate_upper_bound(end);
+        let mut it = self.db().raw_iterator_opt(opts);
+        it.seek(start);
+        let mut out = Vec::new();
+        while out.len() < limit
+            && let (Some(k), Some(v)) = (it.key(), it.value())
+        {
+            out.push((k.to_vec(), v.to_vec()));
+            it.next();
+        }
+        it.status().map_err(|e| err("scan", &self.dir, e))?;
+        Ok(out)
     }
     fn max_parallelism(&self) -> usize {
         self.max_parallelism

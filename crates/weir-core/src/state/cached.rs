@@ -9,14 +9,13 @@
 //! `[key group: u16 big-endian][table name][0][encoded key]`, so a key group's entries
 //! are contiguous and can be split off on rescale.
 
-use super::{KeyContext, KvStore, ListAccess, MapAccess, StateTableInfo, ValueAccess};
+use super::{KeyContext, KvStore, StateTableInfo, ValueAccess};
 use crate::checkpoint::KeyGroupBlobs;
 use crate::codec;
 use crate::data::{Data, Key, key_group};
 use crate::error::Result;
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
 struct Slot<V> {
@@ -42,7 +41,7 @@ pub fn store_key<K: Key>(name: &str, key: &K, max_parallelism: usize) -> Result<
     Ok(out)
 }
 
-fn store_key_into<K: Key>(
+pub(super) fn store_key_into<K: Key>(
     name: &str,
     key: &K,
     max_parallelism: usize,
@@ -75,7 +74,7 @@ pub struct Changes {
 }
 
 impl Changes {
-    fn new(key_start: usize) -> Self {
+    pub(super) fn new(key_start: usize) -> Self {
         Changes {
             bytes: Vec::new(),
             spans: Vec::new(),
@@ -85,7 +84,7 @@ impl Changes {
 
     /// Appends a change whose store key and value `encode` appends to the buffer, the
     /// value starting at the offset it returns (`None`: a delete).
-    fn push_with(
+    pub(super) fn push_with(
         &mut self,
         encode: impl FnOnce(&mut Vec<u8>) -> Result<Option<usize>>,
     ) -> Result<()> {
@@ -212,42 +211,6 @@ impl<K: Key, V: Data> CachedTable<K, V> {
         Ok(())
     }
 
-    /// The cache slot of `k`, loaded from the store if it is not cached (a newly loaded
-    /// slot counts as used only from its next access, as with [`Self::get`]).
-    fn slot(&mut self, k: &K) -> Result<&mut Slot<V>> {
-        if self.map.contains_key(k) {
-            let slot = self.map.get_mut(k).expect("checked above");
-            slot.used = true;
-            return Ok(slot);
-        }
-        let value = match self
-            .store
-            .get(&store_key(&self.name, k, self.max_parallelism)?)?
-        {
-            Some(bytes) => Some(codec::decode::<V>(&bytes)?),
-            None => None,
-        };
-        self.make_room()?;
-        Ok(self.map.entry(k.clone()).or_insert(Slot {
-            value,
-            dirty: false,
-            used: false,
-        }))
-    }
-
-    /// Reads the value of `k` in place, without copying it (map state reads one entry of
-    /// a map that may be large).
-    fn read<R>(&mut self, k: &K, f: impl FnOnce(Option<&V>) -> R) -> Result<R> {
-        Ok(f(self.slot(k)?.value.as_ref()))
-    }
-
-    /// Changes the value of `k` in place and marks it for the store.
-    fn modify<R>(&mut self, k: &K, f: impl FnOnce(&mut Option<V>) -> R) -> Result<R> {
-        let slot = self.slot(k)?;
-        slot.dirty = true;
-        Ok(f(&mut slot.value))
-    }
-
     /// Keeps the cache within its capacity: write the changes back, then evict every entry
     /// not used since the last eviction, and more if those used fill over half the cache.
     fn make_room(&mut self) -> Result<()> {
@@ -342,120 +305,12 @@ impl<K: Key, V: Data> ValueAccess<V> for CachedValue<K, V> {
     }
 }
 
-pub(super) struct CachedList<K, V> {
-    pub(super) key: Rc<KeyContext<K>>,
-    pub(super) table: Rc<RefCell<CachedTable<K, Vec<V>>>>,
-}
-
-impl<K: Key, V: Data> ListAccess<V> for CachedList<K, V> {
-    fn get(&self) -> Result<Vec<V>> {
-        Ok(self
-            .key
-            .with(|k| self.table.borrow_mut().get(k))?
-            .unwrap_or_default())
-    }
-    fn add(&mut self, value: V) -> Result<()> {
-        self.key.with(|k| {
-            let mut t = self.table.borrow_mut();
-            let mut list = t.get(k)?.unwrap_or_default();
-            list.push(value);
-            t.put(k, Some(list))
-        })
-    }
-    fn update(&mut self, values: Vec<V>) -> Result<()> {
-        let v = if values.is_empty() {
-            None
-        } else {
-            Some(values)
-        };
-        self.key.with(|k| self.table.borrow_mut().put(k, v))
-    }
-    fn clear(&mut self) -> Result<()> {
-        self.key.with(|k| self.table.borrow_mut().put(k, None))
-    }
-}
-
-pub(super) struct CachedMap<K, UK, UV> {
-    pub(super) key: Rc<KeyContext<K>>,
-    pub(super) table: Rc<RefCell<CachedTable<K, BTreeMap<UK, UV>>>>,
-}
-
-impl<K: Key, UK: Key, UV: Data> MapAccess<UK, UV> for CachedMap<K, UK, UV> {
-    fn get(&self, uk: &UK) -> Result<Option<UV>> {
-        self.key.with(|k| {
-            self.table
-                .borrow_mut()
-                .read(k, |m| m.and_then(|m| m.get(uk).cloned()))
-        })
-    }
-    fn put(&mut self, uk: UK, uv: UV) -> Result<()> {
-        self.key.with(|k| {
-            self.table.borrow_mut().modify(k, |m| {
-                m.get_or_insert_with(BTreeMap::new).insert(uk, uv);
-            })
-        })
-    }
-    fn remove(&mut self, uk: &UK) -> Result<Option<UV>> {
-        self.key.with(|k| {
-            self.table.borrow_mut().modify(k, |m| {
-                let v = m.as_mut().and_then(|map| map.remove(uk));
-                if m.as_ref().is_some_and(|map| map.is_empty()) {
-                    *m = None;
-                }
-                v
-            })
-        })
-    }
-    fn entries(&self) -> Result<Vec<(UK, UV)>> {
-        self.key.with(|k| {
-            self.table.borrow_mut().read(k, |m| {
-                m.map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-                    .unwrap_or_default()
-            })
-        })
-    }
-    fn clear(&mut self) -> Result<()> {
-        self.key.with(|k| self.table.borrow_mut().put(k, None))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::test_store::Store;
     use proptest::prelude::*;
-    use std::cell::Cell;
     use std::collections::HashMap;
-
-    /// An in-memory ordered store that counts its reads.
-    #[derive(Default)]
-    struct Store {
-        data: RefCell<BTreeMap<Vec<u8>, Vec<u8>>>,
-        gets: Cell<usize>,
-        capacity: usize,
-    }
-
-    impl KvStore for Store {
-        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-            self.gets.set(self.gets.get() + 1);
-            Ok(self.data.borrow().get(key).cloned())
-        }
-        fn write(&self, changes: &Changes) -> Result<()> {
-            let mut d = self.data.borrow_mut();
-            for (k, v) in changes.sorted() {
-                match v {
-                    Some(v) => d.insert(k.to_vec(), v.to_vec()),
-                    None => d.remove(k),
-                };
-            }
-            Ok(())
-        }
-        fn max_parallelism(&self) -> usize {
-            128
-        }
-        fn cache_capacity(&self) -> usize {
-            self.capacity
-        }
-    }
 
     fn table(capacity: usize) -> (Rc<Store>, CachedTable<u32, u64>) {
         let store = Rc::new(Store {

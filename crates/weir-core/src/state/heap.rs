@@ -238,6 +238,15 @@ impl<K: Key, V: Data> ListAccess<V> for HeapList<K, V> {
         self.key.with(|k| t.map.remove(k));
         Ok(())
     }
+    fn read_from(&self, from: usize, limit: usize) -> Result<(Vec<V>, usize)> {
+        let t = self.table.borrow();
+        Ok(self.key.with(|k| {
+            let list = t.map.get(k).map(Vec::as_slice).unwrap_or_default();
+            let from = from.min(list.len());
+            let to = from.saturating_add(limit).min(list.len());
+            (list[from..to].to_vec(), to)
+        }))
+    }
 }
 
 pub(super) struct HeapMap<K, UK, UV> {
@@ -288,5 +297,19 @@ impl<K: Key, UK: Key, UV: Data> MapAccess<UK, UV> for HeapMap<K, UK, UV> {
         let mut t = self.table.borrow_mut();
         self.key.with(|k| t.map.remove(k));
         Ok(())
+    }
+    fn entries_after(&self, after: Option<&UK>, limit: usize) -> Result<Vec<(UK, UV)>> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let t = self.table.borrow();
+        Ok(self.key.with(|k| {
+            let Some(m) = t.map.get(k) else {
+                return Vec::new();
+            };
+            let from = after.map_or(Unbounded, Excluded);
+            m.range((from, Unbounded))
+                .take(limit)
+                .map(|(a, b)| (a.clone(), b.clone()))
+                .collect()
+        }))
     }
 }

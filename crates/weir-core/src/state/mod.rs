@@ -11,12 +11,21 @@
 
 mod cached;
 mod heap;
+mod iter;
+mod prefix;
+mod store_list;
+mod store_map;
+#[cfg(test)]
+mod test_store;
 mod ttl;
 
 pub(crate) use ttl::now_ms;
 use ttl::{Ttl, TtlList, TtlMap, ttl_ms};
 
 pub use cached::{CachedTable, Changes, store_key};
+pub use iter::{ITER_BATCH, ListIter, MapIter};
+pub use store_list::StoreListTable;
+pub use store_map::StoreMapTable;
 
 pub use heap::{
     HeapListTable, HeapMapTable, HeapValueTable, SIZE_SAMPLE, decode_key_groups,
@@ -162,6 +171,8 @@ pub trait KvStore {
     /// Applies a table's changes (puts and deletes) atomically; [`Changes::sorted`] gives
     /// them in key order.
     fn write(&self, changes: &Changes) -> Result<()>;
+    /// Up to `limit` entries with keys in `[start, end)`, in key order.
+    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
     /// Number of key groups (keys are prefixed by their key group).
     fn max_parallelism(&self) -> usize;
     /// Entries each table keeps in its write-back cache.
@@ -438,11 +449,17 @@ impl<K: Key> StateContext<K> {
     }
 
     /// Creates a list state: a list of values per key.
+    ///
+    /// With the RocksDB backend each element is its own RocksDB entry: [`ListState::add`]
+    /// does not read the list, and [`ListState::iter`] reads it in batches.
     pub fn list_state<V: Data>(&mut self, name: &str) -> Result<ListState<V>> {
         if let Some(store) = self.store() {
-            let table = self.cached_table::<Vec<V>>(name, store)?;
+            let table = Rc::new(RefCell::new(StoreListTable::<K, V>::new(name, store)));
+            self.backend
+                .borrow_mut()
+                .register(name, Rc::new(store_list::Info(table.clone())))?;
             return Ok(ListState {
-                inner: Box::new(cached::CachedList {
+                inner: Box::new(store_list::StoreList {
                     key: self.key.clone(),
                     table,
                 }),
@@ -460,12 +477,19 @@ impl<K: Key> StateContext<K> {
         })
     }
 
-    /// Creates a map state: a sorted map per key.
+    /// Creates a map state: a map per key.
+    ///
+    /// With the RocksDB backend each entry is its own RocksDB entry, under (key group,
+    /// key, user key): [`MapState::get`], [`MapState::put`] and [`MapState::remove`] touch
+    /// that entry only, and [`MapState::iter`] reads the map in batches.
     pub fn map_state<UK: Key, UV: Data>(&mut self, name: &str) -> Result<MapState<UK, UV>> {
         if let Some(store) = self.store() {
-            let table = self.cached_table::<BTreeMap<UK, UV>>(name, store)?;
+            let table = Rc::new(RefCell::new(StoreMapTable::<K, UK, UV>::new(name, store)));
+            self.backend
+                .borrow_mut()
+                .register(name, Rc::new(store_map::Info(table.clone())))?;
             return Ok(MapState {
-                inner: Box::new(cached::CachedMap {
+                inner: Box::new(store_map::StoreMap {
                     key: self.key.clone(),
                     table,
                 }),
@@ -504,6 +528,11 @@ pub trait ListAccess<V> {
     fn update(&mut self, values: Vec<V>) -> Result<()>;
     /// Removes the current key's list.
     fn clear(&mut self) -> Result<()>;
+    /// Up to about `limit` elements of the current key's list from position `from` on,
+    /// and the position to read on from (the list's length once everything is read).
+    /// Positions are the backend's: a wrapper that leaves elements out (TTL) still
+    /// counts them.
+    fn read_from(&self, from: usize, limit: usize) -> Result<(Vec<V>, usize)>;
 }
 
 /// Access to a map per key, as the backend implements it.
@@ -518,6 +547,10 @@ pub trait MapAccess<UK, UV> {
     fn entries(&self) -> Result<Vec<(UK, UV)>>;
     /// Removes the current key's whole map.
     fn clear(&mut self) -> Result<()>;
+    /// Up to about `limit` entries of the current key's map after user key `after` (from
+    /// the first when `None`), in the backend's iteration order; empty once there are no
+    /// more.
+    fn entries_after(&self, after: Option<&UK>, limit: usize) -> Result<Vec<(UK, UV)>>;
 }
 
 /// One value per key, scoped to the key being processed.
@@ -599,6 +632,37 @@ impl<V> ListState<V> {
     pub fn clear(&mut self) -> Result<()> {
         self.inner.clear()
     }
+    /// The current key's list, element by element, read from the backend in batches of
+    /// [`ITER_BATCH`]: a long list is never loaded at once.
+    ///
+    /// The iterator reads the list of the key current when each batch is read; do not
+    /// change the current key while iterating.
+    ///
+    /// ```
+    /// use weir_core::state::{KeyContext, StateContext};
+    /// # struct NoBackend;
+    /// # impl weir_core::state::KeyedStateBackend for NoBackend {
+    /// #   fn name(&self) -> &'static str { "test" }
+    /// #   fn register(&mut self, _: &str, _: std::rc::Rc<dyn weir_core::state::StateTableInfo>) -> weir_core::Result<()> { Ok(()) }
+    /// #   fn entries(&self) -> usize { 0 }
+    /// #   fn snapshot(&self, _: weir_core::ids::CheckpointId) -> weir_core::Result<weir_core::state::BackendSnapshot> { Ok(Default::default()) }
+    /// # }
+    /// let key = KeyContext::<u32>::new();
+    /// let mut ctx = StateContext::new(key.clone(), Box::new(NoBackend));
+    /// let mut seen = ctx.list_state::<u64>("seen").unwrap();
+    /// key.set(1);
+    /// for v in 0..5_000 {
+    ///     seen.add(v).unwrap();
+    /// }
+    /// let mut sum = 0;
+    /// for v in seen.iter() {
+    ///     sum += v.unwrap();
+    /// }
+    /// assert_eq!(sum, 4_999 * 5_000 / 2);
+    /// ```
+    pub fn iter(&self) -> ListIter<'_, V> {
+        ListIter::new(&*self.inner)
+    }
 }
 
 /// A sorted map per key, scoped to the key being processed.
@@ -627,13 +691,65 @@ impl<UK, UV> MapState<UK, UV> {
     pub fn contains(&self, k: &UK) -> Result<bool> {
         Ok(self.inner.get(k)?.is_some())
     }
-    /// All entries for the current key, sorted by user key.
+    /// All entries for the current key, sorted by user key (loaded at once: for a large
+    /// map use [`MapState::iter`]).
     pub fn entries(&self) -> Result<Vec<(UK, UV)>> {
         self.inner.entries()
     }
     /// Removes the current key's map.
     pub fn clear(&mut self) -> Result<()> {
         self.inner.clear()
+    }
+    /// The current key's entries, read from the backend in batches of [`ITER_BATCH`]: a
+    /// large map is never loaded at once. The memory backend iterates in user-key order;
+    /// the RocksDB backend in the order of the encoded user keys (every entry once, in an
+    /// order that does not change while the map does not).
+    ///
+    /// The iterator reads the map of the key current when each batch is read; do not
+    /// change the current key while iterating.
+    ///
+    /// ```
+    /// use weir_core::state::{KeyContext, StateContext};
+    /// # struct NoBackend;
+    /// # impl weir_core::state::KeyedStateBackend for NoBackend {
+    /// #   fn name(&self) -> &'static str { "test" }
+    /// #   fn register(&mut self, _: &str, _: std::rc::Rc<dyn weir_core::state::StateTableInfo>) -> weir_core::Result<()> { Ok(()) }
+    /// #   fn entries(&self) -> usize { 0 }
+    /// #   fn snapshot(&self, _: weir_core::ids::CheckpointId) -> weir_core::Result<weir_core::state::BackendSnapshot> { Ok(Default::default()) }
+    /// # }
+    /// let key = KeyContext::<u32>::new();
+    /// let mut ctx = StateContext::new(key.clone(), Box::new(NoBackend));
+    /// let mut clicks = ctx.map_state::<String, u64>("clicks").unwrap();
+    /// key.set(1);
+    /// clicks.put("home".into(), 3).unwrap();
+    /// clicks.put("cart".into(), 1).unwrap();
+    /// let total: u64 = clicks.values().map(|v| v.unwrap()).sum();
+    /// assert_eq!(total, 4);
+    /// let mut pages: Vec<String> = clicks.keys().collect::<Result<_, _>>().unwrap();
+    /// pages.sort();
+    /// assert_eq!(pages, ["cart", "home"]);
+    /// assert!(!clicks.is_empty().unwrap());
+    /// ```
+    pub fn iter(&self) -> MapIter<'_, UK, UV> {
+        MapIter::new(&*self.inner)
+    }
+    /// The current key's user keys, in [`MapState::iter`]'s order.
+    pub fn keys(&self) -> impl Iterator<Item = Result<UK>> + '_
+    where
+        UK: Clone,
+    {
+        self.iter().map(|e| e.map(|(k, _)| k))
+    }
+    /// The current key's values, in [`MapState::iter`]'s order.
+    pub fn values(&self) -> impl Iterator<Item = Result<UV>> + '_
+    where
+        UK: Clone,
+    {
+        self.iter().map(|e| e.map(|(_, v)| v))
+    }
+    /// True when the current key's map has no entries (reads at most one entry).
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.inner.entries_after(None, 1)?.is_empty())
     }
 }
 

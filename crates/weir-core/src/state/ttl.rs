@@ -70,6 +70,22 @@ impl<V> ListAccess<V> for TtlList<V> {
     fn clear(&mut self) -> Result<()> {
         self.inner.clear()
     }
+    fn read_from(&self, mut from: usize, limit: usize) -> Result<(Vec<V>, usize)> {
+        let now = now_ms();
+        // Batches of expired elements are skipped, so that an empty batch means the end.
+        loop {
+            let (batch, next) = self.inner.inner.read_from(from, limit)?;
+            let alive: Vec<V> = batch
+                .into_iter()
+                .filter(|(_, w)| alive(*w, now, self.ttl_ms))
+                .map(|(v, _)| v)
+                .collect();
+            if !alive.is_empty() || next <= from {
+                return Ok((alive, next));
+            }
+            from = next;
+        }
+    }
 }
 
 /// A map state with a time-to-live per entry: stores each entry's write time.
@@ -78,7 +94,7 @@ pub(super) struct TtlMap<UK, UV> {
     pub(super) ttl_ms: i64,
 }
 
-impl<UK, UV> MapAccess<UK, UV> for TtlMap<UK, UV> {
+impl<UK: Clone, UV> MapAccess<UK, UV> for TtlMap<UK, UV> {
     fn get(&self, k: &UK) -> Result<Option<UV>> {
         let now = now_ms();
         Ok(self
@@ -110,5 +126,24 @@ impl<UK, UV> MapAccess<UK, UV> for TtlMap<UK, UV> {
     }
     fn clear(&mut self) -> Result<()> {
         self.inner.clear()
+    }
+    fn entries_after(&self, after: Option<&UK>, limit: usize) -> Result<Vec<(UK, UV)>> {
+        let now = now_ms();
+        // Batches of expired entries are skipped, so that an empty batch means the end.
+        let mut batch = self.inner.inner.entries_after(after, limit)?;
+        loop {
+            let Some(last) = batch.last().map(|(k, _)| k.clone()) else {
+                return Ok(Vec::new());
+            };
+            let alive: Vec<(UK, UV)> = batch
+                .into_iter()
+                .filter(|(_, (_, w))| alive(*w, now, self.ttl_ms))
+                .map(|(k, (v, _))| (k, v))
+                .collect();
+            if !alive.is_empty() {
+                return Ok(alive);
+            }
+            batch = self.inner.inner.entries_after(Some(&last), limit)?;
+        }
     }
 }

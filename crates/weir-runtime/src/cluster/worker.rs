@@ -469,6 +469,11 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
                         match command {
                             TaskCommand::Complete(id) => a.sent().completed(task, id.0),
                             TaskCommand::Abort(id) => a.sent().aborted(task, id.0),
+                            // A slow link to the coordinator, for the tests: the final
+                            // checkpoint's barriers may come first.
+                            TaskCommand::Trigger(_, true) => {
+                                crate::failpoint::hit("cluster.final_notice")
+                            }
                             _ => {}
                         }
                         let _ = c.send(command);

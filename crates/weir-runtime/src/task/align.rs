@@ -82,6 +82,11 @@ impl Aligner {
         arrived
     }
 
+    /// Per channel: barrier of the checkpoint being aligned came.
+    pub(super) fn arrived(&self) -> &[bool] {
+        &self.arrived
+    }
+
     /// The checkpoint being aligned and when its first barrier came.
     pub(super) fn pending(&self) -> Option<(CheckpointId, Instant)> {
         self.pending
