@@ -77,6 +77,7 @@ mod collections;
 mod in_flight;
 mod jobs;
 mod latency;
+mod recovery;
 mod time_joins;
 mod upsert;
 
@@ -107,7 +108,10 @@ enum Job {
     BroadcastRules(Args),
     /// Recovery time: builds `--keys` keys of `--value-bytes` each in RocksDB, checkpoints,
     /// then measures a restart that restores them (start → state loaded and running).
-    Recovery(RecoveryArgs),
+    Recovery(recovery::RecoveryArgs),
+    /// One phase of `recovery`, in its own process.
+    #[command(hide = true)]
+    RecoveryChild(recovery::ChildArgs),
     /// One Nexmark query over a bounded generated stream (q0-q9, q11, q14, q17-q22).
     Nexmark(NexmarkArgs),
     /// generator → map_async against a service with a fixed latency → count: throughput
@@ -255,22 +259,6 @@ struct CollectionsArgs {
     /// Timed appends, and timed puts.
     #[arg(long, default_value_t = 100_000)]
     ops: u64,
-}
-
-#[derive(clap::Args, Debug, Clone)]
-struct RecoveryArgs {
-    /// Number of keys (one state entry each).
-    #[arg(long, default_value_t = 10_000_000)]
-    keys: u64,
-    /// Bytes per state value.
-    #[arg(long, default_value_t = 100)]
-    value_bytes: usize,
-    /// Parallelism of both runs.
-    #[arg(long, default_value_t = 1)]
-    parallelism: usize,
-    /// Checkpoint directory (must be new or empty).
-    #[arg(long)]
-    checkpoint_dir: std::path::PathBuf,
 }
 
 /// Keyed state backend of the job.
@@ -604,13 +592,22 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Job::Recovery(r) => {
-            return match jobs::recovery(r.keys, r.value_bytes, r.parallelism, &r.checkpoint_dir) {
+            return match recovery::run(r) {
                 Ok(line) => {
                     println!("{line}");
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    eprintln!("weir-bench: recovery failed: {e}");
+                    eprintln!("weir-bench: recovery failed: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Job::RecoveryChild(c) => {
+            return match recovery::run_child(c) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("weir-bench: recovery-child failed: {e}");
                     ExitCode::FAILURE
                 }
             };
@@ -679,6 +676,7 @@ fn main() -> ExitCode {
             broadcast_rules::broadcast_rules(a.events, a.keys, &setup).map_err(Into::into)
         }
         Job::Recovery(_)
+        | Job::RecoveryChild(_)
         | Job::StateCollections(_)
         | Job::Nexmark(_)
         | Job::ClusterWorker(_)

@@ -19,6 +19,7 @@ mod event_time;
 mod harness;
 mod kills;
 mod lifecycle;
+mod local_recovery;
 mod object_output;
 mod object_storage;
 mod ownership;

@@ -31,6 +31,7 @@ mod prometheus;
 mod rest_api;
 mod rest_figures;
 mod rest_secret;
+mod restore_files;
 mod rocks_windows;
 mod sources_sinks;
 mod state_kinds;

@@ -174,12 +174,25 @@ pub struct RestoreState {
     /// Operator state of every old subtask (sources redistribute their splits from it;
     /// each new subtask sees all of them and picks its share).
     pub operator: Vec<Vec<u8>>,
-    /// Local copies of the persistent-backend files of every old subtask (one directory
-    /// per old subtask), to load the key groups this subtask owns from.
-    pub backend_dirs: Vec<std::path::PathBuf>,
+    /// The persistent-backend instances of the old subtasks whose key groups overlap this
+    /// subtask's, with local copies of their files, to restore from.
+    pub backend: Vec<RestoredInstance>,
     /// The event time to resume from: the minimum of the old subtasks' watermarks, or
     /// `None` when one of them had none (a checkpoint from before watermarks were stored).
     pub watermark: Option<crate::time::Timestamp>,
+}
+
+/// One old subtask's persistent-backend instance as a restore finds it: the key groups it
+/// owned and its files, already on local disk (fetched from checkpoint storage, or the
+/// copy the old process kept: local recovery).
+#[derive(Debug, Clone, Default)]
+pub struct RestoredInstance {
+    /// The key groups the old subtask owned.
+    pub key_groups: std::ops::Range<u32>,
+    /// Its files: `path` is the local copy (whose file name is the backend's own name for
+    /// it), `name` the name in checkpoint storage. A backend that keeps a file as it is
+    /// names it the same in its next checkpoint, so that the file is not stored again.
+    pub files: Vec<LocalFile>,
 }
 
 /// Checkpoint hooks of an operator. Called on the subtask's thread, between records.

@@ -170,6 +170,9 @@ pub(crate) fn write_checkpoint(
 /// Snapshots stored at once by [`write_checkpoint`].
 const STORE_THREADS: usize = 8;
 
+/// Files of one snapshot stored at once.
+const FILE_THREADS: usize = 4;
+
 /// `f` over every item, on up to `threads` threads; the results in the items' order.
 fn parallel_map<T: Send, R: Send>(
     items: &mut [T],
@@ -220,28 +223,32 @@ fn store_snapshot(
     // The asynchronous part: persistent-backend files, each immutable one stored once.
     // Storage knows which shared files it still holds (retention may have deleted one since
     // an earlier checkpoint stored it); savepoints copy every file.
-    for f in &snap.files {
+    // Several files at once: on object storage each is a request that mostly waits.
+    let mut files: Vec<&weir_core::checkpoint::LocalFile> = snap.files.iter().collect();
+    let stored = parallel_map(&mut files, FILE_THREADS, |f| {
         let reused = if f.shared {
             writer.reuse_shared(&f.name).map_err(storage_err)?
         } else {
             None
         };
-        let entry = match reused {
-            Some(e) => e,
+        Ok(match reused {
+            Some(e) => (e, 0),
             None => {
                 // Shared files are immutable: linked into storage where it can.
                 let e = if f.shared {
                     writer.link_shared(&f.name, &f.path)
                 } else {
-                    let data =
-                        std::fs::read(&f.path).map_err(|e| Error::io(f.path.display(), e))?;
-                    writer.write_file(&f.name, &data)
+                    writer.write_file_from(&f.name, &f.path)
                 }
                 .map_err(storage_err)?;
-                written += e.size;
-                e
+                let size = e.size;
+                (e, size)
             }
-        };
+        })
+    });
+    for r in stored {
+        let (entry, bytes) = r?;
+        written += bytes;
         entries.push(entry);
     }
     Ok((node, entries, written))
@@ -426,6 +433,7 @@ fn holds_no_state(
     Ok(true)
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn restore_map(
     storage: &CheckpointStorage,
     manifest: &Manifest,
@@ -434,6 +442,7 @@ pub(crate) fn restore_map(
     plan: &Plan,
     max_parallelism: usize,
     local: &Path,
+    local_recovery: bool,
 ) -> Result<RestoreMap> {
     if manifest.max_parallelism != max_parallelism {
         return Err(Error::Config(format!(
@@ -467,12 +476,12 @@ pub(crate) fn restore_map(
         }
     }
     let mut out = RestoreMap::new();
+    let mut instances = Vec::new();
     for node in &graph.nodes {
         let Some(op) = manifest.operator(&node.operator_id()) else {
             continue;
         };
         let mut old: Vec<OperatorSnapshot> = Vec::with_capacity(op.subtasks.len());
-        let mut dirs = Vec::new();
         for st in &op.subtasks {
             let Some(state_file) = st.files.iter().find(|f| f.name.ends_with(".state")) else {
                 continue;
@@ -486,27 +495,31 @@ pub(crate) fn restore_map(
                 ))
             })?;
             if !snap.files.is_empty() {
-                // Bring the backend's files back to a local directory it can open.
-                let dir = local.join(format!("op{}-{}", node.id.0, st.subtask));
-                std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
-                for f in &snap.files {
-                    let entry = st.files.iter().find(|e| e.name == f.name).ok_or_else(|| {
-                        Error::Config(format!(
-                            "checkpoint {} is missing file {} of operator '{}'",
-                            path.display(),
-                            f.name,
-                            op.uid
-                        ))
-                    })?;
-                    let data = storage.read_file(path, entry).map_err(storage_err)?;
-                    let local_name = f
-                        .path
-                        .file_name()
-                        .ok_or_else(|| Error::Config(format!("bad file name {}", f.name)))?;
-                    let target = dir.join(local_name);
-                    std::fs::write(&target, data).map_err(|e| Error::io(target.display(), e))?;
-                }
-                dirs.push(dir);
+                let entries = snap
+                    .files
+                    .iter()
+                    .map(|f| {
+                        st.files
+                            .iter()
+                            .find(|e| e.name == f.name)
+                            .cloned()
+                            .ok_or_else(|| {
+                                Error::Config(format!(
+                                    "checkpoint {} is missing file {} of operator '{}'",
+                                    path.display(),
+                                    f.name,
+                                    op.uid
+                                ))
+                            })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                instances.push(backend_files::OldInstance {
+                    node: node.id.0,
+                    subtask: st.subtask,
+                    key_groups: key_group_range(st.subtask, max_parallelism, op.parallelism),
+                    files: snap.files.clone(),
+                    entries,
+                });
             }
             old.push(snap);
         }
@@ -524,7 +537,6 @@ pub(crate) fn restore_map(
             let range = key_group_range(s, max_parallelism, p);
             let mut r = RestoreState {
                 checkpoint: Some(manifest.checkpoint_id),
-                backend_dirs: dirs.clone(),
                 watermark,
                 ..Default::default()
             };
@@ -547,8 +559,34 @@ pub(crate) fn restore_map(
         }
         out.insert(node.id.0, per_subtask);
     }
+    // The backends' files: every old instance's, several files at once.
+    let (instances, fetched) =
+        backend_files::fetch(storage, path, instances, local, local_recovery)?;
+    if fetched != backend_files::Fetched::default() {
+        tracing::info!(
+            local_copies = fetched.local,
+            fetched_instances = fetched.fetched,
+            fetched_files = fetched.files,
+            "restored the state backends' files"
+        );
+    }
+    for (node, inst) in instances {
+        let Some(subtasks) = out.get_mut(&node) else {
+            continue;
+        };
+        let p = subtasks.len();
+        for (s, r) in subtasks.iter_mut().enumerate() {
+            let range = key_group_range(s, max_parallelism, p);
+            if inst.key_groups.start < range.end && range.start < inst.key_groups.end {
+                r.backend.push(inst.clone());
+            }
+        }
+    }
+    // The restored checkpoint's shared files are stored: the next checkpoint reuses them.
+    storage.remember_restored(manifest);
     Ok(out)
 }
 
+mod backend_files;
 #[cfg(test)]
 mod tests;

@@ -493,6 +493,7 @@ impl Executor for LocalExecutor {
                 &job.plan,
                 job.cfg.max_parallelism,
                 &local,
+                job.cfg.state_backend.local_recovery(),
             );
             self.restore_dir = Some(local);
             map = r?;

@@ -270,7 +270,7 @@ impl Builder<'_> {
         let backend = &job.cfg.state_backend;
         let max = job.cfg.max_parallelism;
         let keyed = restore.map(|r| r.keyed.clone()).unwrap_or_default();
-        let dirs = restore.map(|r| r.backend_dirs.clone()).unwrap_or_default();
+        let restore_from = restore.map(|r| r.backend.clone()).unwrap_or_default();
         let label = format!("op{node}-{}", self.subtask);
         let parallelism = job.plan.parallelism[node];
         let subtask = self.subtask;
@@ -281,7 +281,7 @@ impl Builder<'_> {
                 subtask,
                 parallelism,
                 restore: keyed.clone(),
-                restore_dirs: &dirs,
+                restore_from: &restore_from,
             })
         };
         let operator_id = spec.operator_id();

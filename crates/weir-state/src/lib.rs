@@ -16,6 +16,8 @@ use weir_core::state::{BackendSnapshot, KeyedStateBackend, StateTableInfo, dupli
 #[cfg(feature = "rocksdb")]
 mod rocks;
 #[cfg(feature = "rocksdb")]
+mod rocks_restore;
+#[cfg(feature = "rocksdb")]
 pub use rocks::{RocksDbBackend, RocksDbConfig, RocksStore};
 
 /// Which keyed state backend a job uses.
@@ -41,8 +43,9 @@ pub struct BackendParams<'a> {
     pub parallelism: usize,
     /// Restored heap tables: name → entries per key group.
     pub restore: BTreeMap<String, KeyGroupBlobs>,
-    /// Restored persistent-store directories of the old subtasks.
-    pub restore_dirs: &'a [std::path::PathBuf],
+    /// The old subtasks' persistent-backend instances to restore from (those whose key
+    /// groups overlap this subtask's), their files on local disk.
+    pub restore_from: &'a [weir_core::checkpoint::RestoredInstance],
 }
 
 impl BackendKind {
@@ -78,11 +81,27 @@ impl BackendKind {
         }
     }
 
+    /// True when a restore may use the local copy a previous process kept of the
+    /// checkpoint instead of fetching its files (`RocksDbConfig::local_recovery`); the
+    /// memory backend keeps no files.
+    ///
+    /// ```
+    /// use weir_state::BackendKind;
+    /// assert!(!BackendKind::Memory.local_recovery());
+    /// ```
+    pub fn local_recovery(&self) -> bool {
+        match self {
+            BackendKind::Memory => false,
+            #[cfg(feature = "rocksdb")]
+            BackendKind::RocksDb(cfg) => cfg.local_recovery,
+        }
+    }
+
     /// Creates a backend instance for one operator subtask, loaded with its restored state.
     pub fn create(&self, p: BackendParams<'_>) -> Result<Box<dyn KeyedStateBackend>> {
         match self {
             BackendKind::Memory => {
-                if !p.restore_dirs.is_empty() {
+                if !p.restore_from.is_empty() {
                     return Err(weir_core::Error::Config(format!(
                         "operator {} is restored from a checkpoint whose keyed state is in RocksDB files, but \
                          the job now uses the memory backend, which cannot read them; run the job with the \
@@ -100,7 +119,7 @@ impl BackendKind {
                 p.subtask,
                 p.parallelism,
                 p.restore,
-                p.restore_dirs,
+                p.restore_from,
             )?)),
         }
     }

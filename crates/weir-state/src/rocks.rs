@@ -16,8 +16,10 @@
 //! incrementally with the rest. A table registered as not persistent would be
 //! checkpointed as encoded key groups; weir's operators register none on this backend.
 //!
-//! Restoring — at any parallelism — opens the old subtasks' checkpointed databases
-//! read-only and copies the key groups this subtask now owns into a fresh instance.
+//! Restoring opens the checkpoint's SST files directly (see `rocks_restore`): at the same
+//! parallelism the old instance's files are linked in and opened; at another, the old
+//! instance that overlaps most is clipped to the subtask's key groups and the others'
+//! entries are ingested.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -27,7 +29,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
-use weir_core::checkpoint::{DeferredFiles, KeyGroupBlobs, LocalFile};
+use weir_core::checkpoint::{DeferredFiles, KeyGroupBlobs, LocalFile, RestoredInstance};
 use weir_core::data::key_group_range;
 use weir_core::ids::CheckpointId;
 use weir_core::state::{BackendSnapshot, Changes, KeyedStateBackend, KvStore, StateTableInfo};
@@ -44,6 +46,13 @@ pub struct RocksDbConfig {
     pub block_cache_bytes: usize,
     /// RocksDB memtable size per instance, in bytes.
     pub write_buffer_bytes: usize,
+    /// Local recovery (on by default): a process restarted on the same machine restores
+    /// each instance from the local copy the previous process kept of its last checkpoint
+    /// (the RocksDB checkpoint it took in `local_dir`) when that copy holds exactly the
+    /// checkpoint's files (names and sizes), instead of fetching them from checkpoint
+    /// storage. It costs no extra disk: the copy is the one every checkpoint is taken
+    /// from. Turn it off when `local_dir` is not trusted to survive intact between runs.
+    pub local_recovery: bool,
 }
 
 impl Default for RocksDbConfig {
@@ -53,25 +62,59 @@ impl Default for RocksDbConfig {
             cache_entries: 1 << 20,
             block_cache_bytes: 64 << 20,
             write_buffer_bytes: 32 << 20,
+            local_recovery: true,
         }
     }
 }
 
-fn err(what: &str, path: &Path, e: rocksdb::Error) -> Error {
+pub(crate) fn err(what: &str, path: &Path, e: rocksdb::Error) -> Error {
     Error::Io {
         path: path.display().to_string(),
         source: std::io::Error::other(format!("RocksDB {what}: {e}")),
     }
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |e| Error::io(path.display(), e)
 }
 
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
 
 /// Bloom filter bits per key of every SST file: the database's own and the ingested ones.
-const BLOOM_BITS_PER_KEY: f64 = 10.0;
+pub(crate) const BLOOM_BITS_PER_KEY: f64 = 10.0;
+
+/// The options of every instance (and of a restored one: the same).
+pub(crate) fn db_options(cfg: &RocksDbConfig) -> rocksdb::Options {
+    let mut opts = rocksdb::Options::default();
+    opts.create_if_missing(true);
+    opts.set_write_buffer_size(cfg.write_buffer_bytes);
+    // Every checkpoint flushes the memtable into a new level-0 file that the next
+    // compactions rewrite soon: compressing those first two levels costs CPU on the
+    // other core at every checkpoint for little space, so only deeper levels are
+    // compressed. Compacting level 0 once 8 files (not 4) have gathered merges more
+    // overwrites of the same keys per rewrite.
+    opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    opts.set_compression_per_level(&[
+        rocksdb::DBCompressionType::None,
+        rocksdb::DBCompressionType::None,
+        rocksdb::DBCompressionType::Lz4,
+        rocksdb::DBCompressionType::Lz4,
+        rocksdb::DBCompressionType::Lz4,
+        rocksdb::DBCompressionType::Lz4,
+        rocksdb::DBCompressionType::Lz4,
+    ]);
+    opts.set_level_zero_file_num_compaction_trigger(8);
+    let mut table = rocksdb::BlockBasedOptions::default();
+    table.set_block_cache(&rocksdb::Cache::new_lru_cache(cfg.block_cache_bytes));
+    // Keyed state reads many keys that do not exist yet (the first record of every
+    // key): bloom filters answer those without reading data blocks, in the memtable
+    // and in every SST file.
+    table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
+    opts.set_memtable_whole_key_filtering(true);
+    opts.set_memtable_prefix_bloom_ratio(0.1);
+    opts.set_block_based_table_factory(&table);
+    opts
+}
 
 /// One RocksDB instance.
 pub struct RocksStore {
@@ -84,10 +127,22 @@ pub struct RocksStore {
     cache_entries: usize,
     /// The snapshot being written in the background.
     inflight: RefCell<Option<JoinHandle<Result<()>>>>,
+    /// SST files the instance was restored with, by their name here: their name in
+    /// checkpoint storage and size (see [`crate::rocks_restore::Restored`]).
+    restored: Arc<crate::rocks_restore::Restored>,
+    /// The background compaction of the key groups a rescale removed, if running.
+    compaction: Option<JoinHandle<()>>,
 }
 
 impl RocksStore {
-    fn open(cfg: &RocksDbConfig, label: &str, max_parallelism: usize) -> Result<Self> {
+    fn open(
+        cfg: &RocksDbConfig,
+        label: &str,
+        max_parallelism: usize,
+        subtask: usize,
+        parallelism: usize,
+        restore: &[RestoredInstance],
+    ) -> Result<Self> {
         let n = INSTANCE.fetch_add(1, Ordering::Relaxed);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -101,39 +156,24 @@ impl RocksStore {
         let root = cfg.local_dir.join(&instance);
         let dir = root.join("db");
         std::fs::create_dir_all(&root).map_err(io(&root))?;
-        let mut opts = rocksdb::Options::default();
-        opts.create_if_missing(true);
-        opts.set_write_buffer_size(cfg.write_buffer_bytes);
-        // Every checkpoint flushes the memtable into a new level-0 file that the next
-        // compactions rewrite soon: compressing those first two levels costs CPU on the
-        // other core at every checkpoint for little space, so only deeper levels are
-        // compressed. Compacting level 0 once 8 files (not 4) have gathered merges more
-        // overwrites of the same keys per rewrite.
-        opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
-        opts.set_compression_per_level(&[
-            rocksdb::DBCompressionType::None,
-            rocksdb::DBCompressionType::None,
-            rocksdb::DBCompressionType::Lz4,
-            rocksdb::DBCompressionType::Lz4,
-            rocksdb::DBCompressionType::Lz4,
-            rocksdb::DBCompressionType::Lz4,
-            rocksdb::DBCompressionType::Lz4,
-        ]);
-        opts.set_level_zero_file_num_compaction_trigger(8);
-        let mut table = rocksdb::BlockBasedOptions::default();
-        table.set_block_cache(&rocksdb::Cache::new_lru_cache(cfg.block_cache_bytes));
-        // Keyed state reads many keys that do not exist yet (the first record of every
-        // key): bloom filters answer those without reading data blocks, in the memtable
-        // and in every SST file.
-        table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
-        opts.set_memtable_whole_key_filtering(true);
-        opts.set_memtable_prefix_bloom_ratio(0.1);
-        opts.set_block_based_table_factory(&table);
-        let db = rocksdb::DB::open(&opts, &dir).map_err(|e| err("open", &dir, e))?;
+        let opts = db_options(cfg);
+        let range = key_group_range(subtask, max_parallelism, parallelism);
+        let (db, mut restored) =
+            match crate::rocks_restore::restore(&opts, &root, &dir, range, restore) {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&root);
+                    return Err(e);
+                }
+            };
         let mut write = rocksdb::WriteOptions::default();
         write.disable_wal(true);
+        let db = Arc::new(db);
+        let compaction =
+            crate::rocks_restore::compact_in_background(&db, std::mem::take(&mut restored.compact));
         Ok(RocksStore {
-            db: Some(Arc::new(db)),
+            db: Some(db),
+            compaction,
             dir,
             root,
             instance,
@@ -141,43 +181,12 @@ impl RocksStore {
             max_parallelism,
             cache_entries: cfg.cache_entries,
             inflight: RefCell::new(None),
+            restored: Arc::new(restored),
         })
     }
 
     fn db(&self) -> &rocksdb::DB {
         self.db.as_ref().expect("open until dropped")
-    }
-
-    /// Copies the entries of key groups `range` from a checkpointed database into this one.
-    fn load_from(&self, old: &Path, range: std::ops::Range<u32>) -> Result<u64> {
-        let opts = rocksdb::Options::default();
-        let src = rocksdb::DB::open_for_read_only(&opts, old, false)
-            .map_err(|e| err("open for restore", old, e))?;
-        let start = (range.start as u16).to_be_bytes();
-        let mut batch = rocksdb::WriteBatch::default();
-        let mut n = 0u64;
-        let iter = src.iterator(rocksdb::IteratorMode::From(
-            &start,
-            rocksdb::Direction::Forward,
-        ));
-        for item in iter {
-            let (k, v) = item.map_err(|e| err("read for restore", old, e))?;
-            let g = u16::from_be_bytes([k[0], k[1]]) as u32;
-            if g >= range.end {
-                break;
-            }
-            batch.put(&k, &v);
-            n += 1;
-            if batch.len() >= 10_000 {
-                self.db()
-                    .write_opt(std::mem::take(&mut batch), &self.write)
-                    .map_err(|e| err("write", &self.dir, e))?;
-            }
-        }
-        self.db()
-            .write_opt(batch, &self.write)
-            .map_err(|e| err("write", &self.dir, e))?;
-        Ok(n)
     }
 
     /// Starts writing a snapshot: `changes` are written into the database and a RocksDB
@@ -194,6 +203,7 @@ impl RocksStore {
             dir: self.dir.clone(),
             root: self.root.clone(),
             instance: self.instance.clone(),
+            restored: self.restored.clone(),
             id,
         };
         let published = files.clone();
@@ -235,6 +245,7 @@ struct SnapshotJob {
     dir: PathBuf,
     root: PathBuf,
     instance: String,
+    restored: Arc<crate::rocks_restore::Restored>,
     id: CheckpointId,
 }
 
@@ -334,7 +345,13 @@ impl SnapshotJob {
             let file = e.file_name().to_string_lossy().into_owned();
             let shared = file.ends_with(".sst");
             let name = if shared {
-                format!("{}-{file}", self.instance)
+                // A file the instance was restored with keeps its name in storage, where
+                // it is already: the first checkpoint after a restore stores only what
+                // changed.
+                let size = e.metadata().map_err(io(&e.path()))?.len();
+                self.restored
+                    .stored_name(&file, size)
+                    .unwrap_or_else(|| format!("{}-{file}", self.instance))
             } else {
                 format!("{}-{}-{file}", self.instance, id.0)
             };
@@ -352,6 +369,9 @@ impl SnapshotJob {
 impl Drop for RocksStore {
     fn drop(&mut self) {
         let _ = self.settle_inflight();
+        if let Some(c) = self.compaction.take() {
+            let _ = c.join();
+        }
         drop(self.db.take());
         let _ = std::fs::remove_dir_all(&self.root);
     }
@@ -408,7 +428,14 @@ pub struct RocksDbBackend {
 }
 
 impl RocksDbBackend {
-    /// Opens a fresh instance and loads the key groups of `subtask` from `restore_dirs`.
+    /// Opens an instance for `subtask` of `parallelism`, restored from the old subtasks'
+    /// instances whose key groups overlap its own (none: an empty instance).
+    ///
+    /// Without a change of parallelism the old instance's files are linked (or copied)
+    /// into the new instance and opened as they are; with one, the old instance that
+    /// overlaps most is the base, clipped to this subtask's key groups, and the others'
+    /// entries of those key groups are ingested as SST files (see the crate's
+    /// `rocks_restore` module).
     pub fn open(
         cfg: &RocksDbConfig,
         label: &str,
@@ -416,14 +443,16 @@ impl RocksDbBackend {
         subtask: usize,
         parallelism: usize,
         restore: BTreeMap<String, KeyGroupBlobs>,
-        restore_dirs: &[PathBuf],
+        restore_from: &[RestoredInstance],
     ) -> Result<Self> {
-        let store = RocksStore::open(cfg, label, max_parallelism)?;
-        let range = key_group_range(subtask, max_parallelism, parallelism);
-        for dir in restore_dirs {
-            let n = store.load_from(dir, range.clone())?;
-            tracing::debug!(from = %dir.display(), entries = n, "restored RocksDB key groups");
-        }
+        let store = RocksStore::open(
+            cfg,
+            label,
+            max_parallelism,
+            subtask,
+            parallelism,
+            restore_from,
+        )?;
         Ok(RocksDbBackend {
             store: Rc::new(store),
             tables: BTreeMap::new(),
@@ -509,21 +538,31 @@ mod tests {
 
     fn context(
         cfg: &RocksDbConfig,
-        restore_dirs: &[PathBuf],
+        restore_from: &[RestoredInstance],
     ) -> (Rc<KeyContext<u64>>, StateContext<u64>) {
         let backend =
-            RocksDbBackend::open(cfg, "op1-0", 128, 0, 1, BTreeMap::new(), restore_dirs).unwrap();
+            RocksDbBackend::open(cfg, "op1-0", 128, 0, 1, BTreeMap::new(), restore_from).unwrap();
         let key = KeyContext::<u64>::new();
         (key.clone(), StateContext::new(key, Box::new(backend)))
     }
 
     /// Copies a snapshot's files to a directory, as a restore brings them back.
-    fn restore_dir(snap: &OperatorSnapshot, dir: &Path) -> PathBuf {
+    fn restore_dir(snap: &OperatorSnapshot, dir: &Path) -> RestoredInstance {
         std::fs::create_dir_all(dir).unwrap();
+        let mut files = Vec::new();
         for f in &snap.files {
-            std::fs::copy(&f.path, dir.join(f.path.file_name().unwrap())).unwrap();
+            let path = dir.join(f.path.file_name().unwrap());
+            std::fs::copy(&f.path, &path).unwrap();
+            files.push(LocalFile {
+                path,
+                name: f.name.clone(),
+                shared: f.shared,
+            });
         }
-        dir.to_path_buf()
+        RestoredInstance {
+            key_groups: 0..128,
+            files,
+        }
     }
 
     /// The background part of a snapshot writes exactly the state at the barrier, even

@@ -60,6 +60,7 @@
 //! ```
 
 mod control;
+mod fetch;
 pub(crate) mod layout;
 mod manifest;
 mod owned;

@@ -178,6 +178,63 @@ pub(crate) fn read_manifest_at(dir: &Path) -> Result<Manifest> {
     read_manifest(&parent, &name, &dir)
 }
 
+/// [`CheckpointStorage::fetch_file`](super::CheckpointStorage::fetch_file) for a URL:
+/// streamed into `target`, its size and checksum checked on the way.
+pub(crate) fn fetch_file(checkpoint: &Path, entry: &FileEntry, target: &Path) -> Result<()> {
+    let (dir, parent, object) = locate(checkpoint, entry)?;
+    let corrupt = |problem| Error::Corrupt {
+        checkpoint: dir.clone(),
+        file: PathBuf::from(parent.url_of(&object)),
+        problem,
+    };
+    let Some((size, crc)) = parent.download(&object, target)? else {
+        let _ = std::fs::remove_file(target);
+        return Err(corrupt(FileProblem::Missing));
+    };
+    let problem = if size != entry.size {
+        Some(FileProblem::Size {
+            expected: entry.size,
+            actual: size,
+        })
+    } else if crc != entry.crc32 {
+        Some(FileProblem::Checksum {
+            expected: entry.crc32,
+            actual: crc,
+        })
+    } else {
+        None
+    };
+    match problem {
+        Some(p) => {
+            let _ = std::fs::remove_file(target);
+            Err(corrupt(p))
+        }
+        None => Ok(()),
+    }
+}
+
+/// The checkpoint's directory, its parent store and the object name of `entry`.
+fn locate(checkpoint: &Path, entry: &FileEntry) -> Result<(PathBuf, Store, String)> {
+    let dir = resolve(checkpoint);
+    layout::validate_file_name(&entry.name)?;
+    let (parent, name) = parent_and_name(&dir)?;
+    let known = tokens()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&dir)
+        .cloned();
+    let token = match known {
+        Some(t) => t,
+        None => {
+            let m = read_manifest(&parent, &name, &dir)?;
+            remember_token(&dir, m.objects.clone());
+            m.objects
+        }
+    };
+    let object = object_name(&name, token.as_deref(), entry);
+    Ok((dir, parent, object))
+}
+
 /// [`CheckpointStorage::read_file`](super::CheckpointStorage::read_file) for a URL.
 pub(crate) fn read_file(checkpoint: &Path, entry: &FileEntry) -> Result<Vec<u8>> {
     let dir = resolve(checkpoint);

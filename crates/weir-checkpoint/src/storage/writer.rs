@@ -168,6 +168,32 @@ impl CheckpointWriter {
         Ok(self.own_entry(entry(name, bytes, false)))
     }
 
+    /// Like [`write_file`](Self::write_file) for a local file, copied (or uploaded) as a
+    /// stream: never held whole in memory.
+    pub fn write_file_from(&self, name: &str, source: &Path) -> Result<FileEntry> {
+        layout::validate_file_name(name)?;
+        self.reserve(name, false)?;
+        let path = self.inner.dir.join(name);
+        let written = match &self.inner.remote {
+            Some(r) => r.upload_own(name, source),
+            None => super::fetch::copy_with_crc(source, &path, true),
+        };
+        let (size, crc32) = match written {
+            Ok(w) => w,
+            Err(e) => {
+                self.state().names.remove(name);
+                return Err(e);
+            }
+        };
+        Ok(self.own_entry(FileEntry {
+            name: name.to_string(),
+            size,
+            crc32,
+            shared: false,
+            objects: None,
+        }))
+    }
+
     /// An entry of one of this writer's own files: a task-files writer's names its token.
     fn own_entry(&self, mut e: FileEntry) -> FileEntry {
         if self.inner.task_files && !e.shared {
@@ -328,19 +354,17 @@ impl CheckpointWriter {
             .map_err(|e| Error::io("fsync", source, e))
             .and_then(|()| match std::fs::hard_link(source, &tmp) {
                 Ok(()) => Ok(()),
-                // Another file system (or no links there): copy.
-                Err(_) => std::fs::read(source)
-                    .map_err(|e| Error::io("read", source, e))
-                    .and_then(|bytes| {
-                        if bytes.len() as u64 != size || crc32fast::hash(&bytes) != crc32 {
-                            return Err(Error::io(
-                                "read",
-                                source,
-                                std::io::Error::other("the file changed while it was stored"),
-                            ));
-                        }
-                        layout::write_synced(&tmp, &bytes)
-                    }),
+                // Another file system (or no links there): copy, as a stream.
+                Err(_) => super::fetch::copy_with_crc(source, &tmp, true).and_then(|copied| {
+                    if copied != (size, crc32) {
+                        return Err(Error::io(
+                            "read",
+                            source,
+                            std::io::Error::other("the file changed while it was stored"),
+                        ));
+                    }
+                    Ok(())
+                }),
             })
             .and_then(|()| {
                 std::fs::rename(&tmp, &path).map_err(|e| Error::io("rename into place", &tmp, e))

@@ -923,5 +923,6 @@ fn restore(
         &job.plan,
         job.cfg.max_parallelism,
         local,
+        job.cfg.state_backend.local_recovery(),
     )
 }

@@ -4,9 +4,9 @@
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
-use weir_core::checkpoint::KeyGroupBlobs;
+use weir_core::checkpoint::{KeyGroupBlobs, LocalFile, RestoredInstance};
 use weir_core::data::key_group_range;
 use weir_core::ids::CheckpointId;
 use weir_core::state::{KeyContext, KeyedStateBackend, StateContext};
@@ -18,8 +18,10 @@ pub const MAX_PARALLELISM: usize = 128;
 /// What a checkpoint of one subtask's keyed state left behind.
 pub struct Snap {
     keyed: BTreeMap<String, KeyGroupBlobs>,
-    /// Where the store's files were copied (persistent backends).
-    dir: Option<PathBuf>,
+    /// The store's files, copied away (persistent backends). The suite does not note
+    /// which key groups the subtask owned: all of them, as far as the restore knows
+    /// (the files hold only the subtask's own).
+    files: Option<RestoredInstance>,
 }
 
 /// A backend the suite runs against.
@@ -79,14 +81,24 @@ pub fn checkpoint<H: Harness>(h: &H, ctx: &StateContext<u64>, id: u64) -> Snap {
         });
         let dir = h.tmp().join(format!("snap-{n}"));
         std::fs::create_dir_all(&dir).unwrap();
+        let mut files = Vec::new();
         for f in &snap.files {
-            std::fs::copy(&f.path, dir.join(f.path.file_name().unwrap())).unwrap();
+            let path = dir.join(f.path.file_name().unwrap());
+            std::fs::copy(&f.path, &path).unwrap();
+            files.push(LocalFile {
+                path,
+                name: f.name.clone(),
+                shared: f.shared,
+            });
         }
-        dir
+        RestoredInstance {
+            key_groups: 0..MAX_PARALLELISM as u32,
+            files,
+        }
     });
     Snap {
         keyed: snap.keyed,
-        dir,
+        files: dir,
     }
 }
 
@@ -153,7 +165,7 @@ impl Harness for Rocks {
             ..weir_state::RocksDbConfig::default()
         };
         let range = key_group_range(subtask, MAX_PARALLELISM, parallelism);
-        let dirs: Vec<PathBuf> = restore.iter().filter_map(|s| s.dir.clone()).collect();
+        let from: Vec<RestoredInstance> = restore.iter().filter_map(|s| s.files.clone()).collect();
         Box::new(
             weir_state::RocksDbBackend::open(
                 &cfg,
@@ -162,7 +174,7 @@ impl Harness for Rocks {
                 subtask,
                 parallelism,
                 keyed_for(restore, range),
-                &dirs,
+                &from,
             )
             .unwrap(),
         )

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Plots `weir-bench recovery` results as an SVG (no dependencies beyond Python 3).
+
+Usage: python3 benches/plot_recovery.py results.jsonl docs/images/recovery.svg
+
+Each input line is one JSON object printed by `weir-bench recovery`. The plot shows the
+time from process start to the first record processed against the state size, one line
+per kind of restart: same parallelism with local recovery, same parallelism from
+checkpoint storage, and rescaled 2 -> 3.
+"""
+
+import json
+import sys
+
+W, H = 640, 400
+LEFT, RIGHT, TOP, BOTTOM = 70, 190, 30, 60
+
+
+def series_of(run):
+    if run["restore_parallelism"] != run["parallelism"]:
+        return "rescale %d -> %d" % (run["parallelism"], run["restore_parallelism"])
+    if run["local_recovery"] and run.get("local_copies_used"):
+        return "same parallelism, local copy"
+    return "same parallelism, from storage"
+
+
+COLORS = {
+    "same parallelism, local copy": "#1b9e77",
+    "same parallelism, from storage": "#7570b3",
+}
+
+
+def main(src, dst):
+    series = {}
+    with open(src) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            run = json.loads(line)
+            gb = run["state_bytes"] / 1e9
+            series.setdefault(series_of(run), []).append((gb, run["first_record_s"]))
+    xmax = max(x for pts in series.values() for x, _ in pts) * 1.1
+    ymax = max(max(y for pts in series.values() for _, y in pts) * 1.2, 2.5)
+
+    def sx(x):
+        return LEFT + x / xmax * (W - LEFT - RIGHT)
+
+    def sy(y):
+        return H - BOTTOM - y / ymax * (H - TOP - BOTTOM)
+
+    out = [
+        '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
+        'font-family="sans-serif" font-size="12">' % (W, H),
+        '<rect width="100%" height="100%" fill="white"/>',
+        '<text x="%d" y="18" font-size="14">weir-bench recovery: process start to first '
+        "record (2 cores)</text>" % LEFT,
+    ]
+    # Axes, ticks and grid.
+    out.append(
+        '<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>'
+        % (LEFT, H - BOTTOM, W - RIGHT, H - BOTTOM)
+    )
+    out.append(
+        '<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>'
+        % (LEFT, TOP, LEFT, H - BOTTOM)
+    )
+    steps = 5
+    for i in range(steps + 1):
+        y = ymax * i / steps
+        out.append(
+            '<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>'
+            % (LEFT, sy(y), W - RIGHT, sy(y))
+        )
+        out.append(
+            '<text x="%d" y="%.1f" text-anchor="end">%.1f</text>' % (LEFT - 6, sy(y) + 4, y)
+        )
+        x = xmax * i / steps
+        out.append(
+            '<text x="%.1f" y="%d" text-anchor="middle">%.1f</text>'
+            % (sx(x), H - BOTTOM + 16, x)
+        )
+    out.append(
+        '<text x="%d" y="%d" text-anchor="middle">state in checkpoint storage (GB)</text>'
+        % ((LEFT + W - RIGHT) // 2, H - 20)
+    )
+    out.append(
+        '<text x="18" y="%d" transform="rotate(-90 18 %d)" text-anchor="middle">'
+        "seconds</text>" % ((TOP + H - BOTTOM) // 2, (TOP + H - BOTTOM) // 2)
+    )
+    # The targets: 2 s at 1 GB, 10 s at 10 GB (without rescale).
+    for gb, s in ((1, 2), (10, 10)):
+        if gb <= xmax and s <= ymax:
+            out.append(
+                '<circle cx="%.1f" cy="%.1f" r="5" fill="none" stroke="red"/>' % (sx(gb), sy(s))
+            )
+    out.append(
+        '<text x="%d" y="%d" fill="red">o target (no rescale)</text>' % (W - RIGHT + 10, TOP + 90)
+    )
+    for i, (name, pts) in enumerate(sorted(series.items())):
+        color = COLORS.get(name, "#d95f02")
+        pts.sort()
+        path = " ".join("%.1f,%.1f" % (sx(x), sy(y)) for x, y in pts)
+        out.append('<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>' % (path, color))
+        for x, y in pts:
+            out.append('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>' % (sx(x), sy(y), color))
+        ly = TOP + 10 + 22 * i
+        out.append(
+            '<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/>'
+            % (W - RIGHT + 10, ly, W - RIGHT + 28, ly, color)
+        )
+        out.append('<text x="%d" y="%d" font-size="11">%s</text>' % (W - RIGHT + 32, ly + 4, name))
+    out.append("</svg>")
+    with open(dst, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,317 @@
+//! Restoring a RocksDB instance from a checkpoint's SST files.
+//!
+//! Owns how a new instance is made out of the old subtasks' instances: it never re-inserts
+//! entries one by one. The old instance whose key groups overlap the new subtask's most is
+//! the base: its files are hard-linked (copied across file systems) into the new database
+//! directory and opened as they are. Without a change of parallelism that is all. With
+//! one, the base is clipped to the subtask's key groups (whole files outside them are
+//! dropped, the rest deleted by range, and those ranges compacted away in the background
+//! once the instance runs), and every other overlapping instance is opened read-only, its
+//! entries of those key groups written to SST files with `SstFileWriter` and ingested
+//! (their keys overlap no live key of the base). This is how Flink's RocksDB backend
+//! restores incrementally.
+//!
+//! Every key of every column family starts with its 2-byte big-endian key group; the
+//! clipping relies on it. Fetching the files from checkpoint storage, and local recovery,
+//! are the runtime's; the snapshot itself is `rocks.rs`'s.
+
+use crate::rocks::{BLOOM_BITS_PER_KEY, err, io};
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::Path;
+use weir_core::checkpoint::{LocalFile, RestoredInstance};
+use weir_core::{Error, Result};
+
+/// The SST files an instance was restored with and kept as they were: local name →
+/// (name in checkpoint storage, size). A checkpoint names such a file as storage already
+/// does, so it is not stored again (RocksDB never reuses a file number, and the size is
+/// checked as well).
+#[derive(Debug, Default)]
+pub(crate) struct Restored {
+    files: HashMap<String, (String, u64)>,
+    /// Ranges the restore deleted (column family, from, to), to compact away in the
+    /// background once the instance runs.
+    pub(crate) compact: Vec<DeletedRange>,
+}
+
+impl Restored {
+    /// The name in checkpoint storage of the local SST file `file` of `size` bytes, when
+    /// the instance was restored with it.
+    pub(crate) fn stored_name(&self, file: &str, size: u64) -> Option<String> {
+        self.files
+            .get(file)
+            .filter(|(_, s)| *s == size)
+            .map(|(name, _)| name.clone())
+    }
+}
+
+/// A key range a restore deleted: column family, from, to (exclusive).
+pub(crate) type DeletedRange = (String, Vec<u8>, Vec<u8>);
+
+/// The first key of key group `g` (and the end of the keys of `g - 1`).
+fn group_key(g: u32) -> Vec<u8> {
+    match u16::try_from(g) {
+        Ok(g) => g.to_be_bytes().to_vec(),
+        // Past the last possible key group: above every key.
+        Err(_) => vec![0xFF, 0xFF, 0xFF],
+    }
+}
+
+/// Above every key (key groups stay below 0x8000).
+const END: &[u8] = &[0xFF, 0xFF, 0xFF];
+
+fn overlap(a: &Range<u32>, b: &Range<u32>) -> Range<u32> {
+    a.start.max(b.start)..a.end.min(b.end)
+}
+
+/// Opens the database at `dir` with every column family it has (a new one: `default`).
+fn open_db(opts: &rocksdb::Options, dir: &Path) -> Result<rocksdb::DB> {
+    let cfs = rocksdb::DB::list_cf(opts, dir).unwrap_or_else(|_| vec!["default".to_string()]);
+    rocksdb::DB::open_cf(opts, dir, &cfs).map_err(|e| err("open", dir, e))
+}
+
+/// Makes the instance at `dir` (under the instance's `root`) for key groups `range` out of
+/// `instances`; returns it and the files it kept as they were.
+pub(crate) fn restore(
+    opts: &rocksdb::Options,
+    root: &Path,
+    dir: &Path,
+    range: Range<u32>,
+    instances: &[RestoredInstance],
+) -> Result<(rocksdb::DB, Restored)> {
+    let mut overlapping: Vec<&RestoredInstance> = instances
+        .iter()
+        .filter(|i| !overlap(&i.key_groups, &range).is_empty())
+        .collect();
+    // The base: the most key groups in common (the lowest on a tie).
+    overlapping.sort_by_key(|i| {
+        let o = overlap(&i.key_groups, &range);
+        (std::cmp::Reverse(o.end - o.start), i.key_groups.start)
+    });
+    let Some((base, others)) = overlapping.split_first() else {
+        return Ok((open_db(opts, dir)?, Restored::default()));
+    };
+    let started = std::time::Instant::now();
+    let mut restored = place(&base.files, dir)?;
+    let mut db = open_db(opts, dir).map_err(|e| restore_error(base, e))?;
+    restored.compact = clip(&db, dir, &base.key_groups, &range)?;
+    for (i, other) in others.iter().enumerate() {
+        let groups = overlap(&other.key_groups, &range);
+        let n = ingest(&mut db, opts, root, i, other, groups)?;
+        tracing::debug!(from = ?other.key_groups, entries = n, "ingested the key groups of another old instance");
+    }
+    tracing::info!(
+        key_groups = ?range,
+        base = ?base.key_groups,
+        others = others.len(),
+        files = restored.files.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "restored RocksDB instance from checkpoint files"
+    );
+    Ok((db, restored))
+}
+
+fn restore_error(from: &RestoredInstance, e: Error) -> Error {
+    Error::User(format!(
+        "restoring RocksDB state of key groups {:?} from the checkpoint's files failed: {e}",
+        from.key_groups
+    ))
+}
+
+/// Links (or copies) `files` into the new directory `dir` under their local names.
+fn place(files: &[LocalFile], dir: &Path) -> Result<Restored> {
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let mut restored = HashMap::new();
+    for f in files {
+        let local = f.path.file_name().ok_or_else(|| {
+            Error::Config(format!(
+                "checkpoint file {} has no file name ({})",
+                f.name,
+                f.path.display()
+            ))
+        })?;
+        let target = dir.join(local);
+        let size = match std::fs::metadata(&f.path) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::User(format!(
+                    "restoring RocksDB state: file {} of the checkpoint (stored as {}) is missing",
+                    f.path.display(),
+                    f.name
+                )));
+            }
+            Err(e) => return Err(Error::io(f.path.display(), e)),
+        };
+        if std::fs::hard_link(&f.path, &target).is_err() {
+            std::fs::copy(&f.path, &target).map_err(io(&f.path))?;
+        }
+        let local = local.to_string_lossy().into_owned();
+        if f.shared && local.ends_with(".sst") {
+            restored.insert(local, (f.name.clone(), size));
+        }
+    }
+    Ok(Restored {
+        files: restored,
+        compact: Vec::new(),
+    })
+}
+
+/// Removes from `db` (the base, which owned `had`) every key group outside `keep`: files
+/// wholly outside are dropped, the rest deleted by range (range tombstones: reads skip
+/// them at once). Returns the ranges deleted, to compact away in the background, as
+/// Flink does after a rescale: compacting them here would rewrite every file that spans
+/// the subtask's key groups and the others (most of them), before the first record.
+fn clip(
+    db: &rocksdb::DB,
+    dir: &Path,
+    had: &Range<u32>,
+    keep: &Range<u32>,
+) -> Result<Vec<DeletedRange>> {
+    let mut ranges = Vec::new();
+    if had.start < keep.start {
+        ranges.push((Vec::new(), group_key(keep.start)));
+    }
+    if had.end > keep.end {
+        ranges.push((group_key(keep.end), END.to_vec()));
+    }
+    let mut compact = Vec::new();
+    if ranges.is_empty() {
+        return Ok(compact);
+    }
+    let mut write = rocksdb::WriteOptions::default();
+    write.disable_wal(true);
+    let cfs = rocksdb::DB::list_cf(&rocksdb::Options::default(), dir)
+        .unwrap_or_else(|_| vec!["default".to_string()]);
+    for name in &cfs {
+        let cf = db
+            .cf_handle(name)
+            .ok_or_else(|| Error::Config(format!("internal: column family {name} not open")))?;
+        for (from, to) in &ranges {
+            db.delete_file_in_range_cf(cf, from, to)
+                .map_err(|e| err("drop files outside the key groups", dir, e))?;
+            db.delete_range_cf_opt(cf, from, to, &write)
+                .map_err(|e| err("delete outside the key groups", dir, e))?;
+            compact.push((name.clone(), from.clone(), to.clone()));
+        }
+    }
+    Ok(compact)
+}
+
+/// Compacts the ranges a rescale deleted (see [`clip`]), on a background thread; the
+/// instance waits for it before it closes.
+pub(crate) fn compact_in_background(
+    db: &std::sync::Arc<rocksdb::DB>,
+    ranges: Vec<DeletedRange>,
+) -> Option<std::thread::JoinHandle<()>> {
+    if ranges.is_empty() {
+        return None;
+    }
+    let db = db.clone();
+    std::thread::Builder::new()
+        .name("weir-rocksdb-clip".into())
+        .spawn(move || {
+            let started = std::time::Instant::now();
+            for (cf, from, to) in &ranges {
+                if let Some(cf) = db.cf_handle(cf) {
+                    db.compact_range_cf(cf, Some(from), Some(to));
+                }
+            }
+            tracing::debug!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "compacted the key groups a rescale removed"
+            );
+        })
+        .ok()
+}
+
+/// Ingests into `db` the entries of key groups `groups` of `other`: its files are placed in
+/// a scratch directory, opened read-only, and the entries written to one SST file per
+/// column family. Returns the number of entries.
+fn ingest(
+    db: &mut rocksdb::DB,
+    opts: &rocksdb::Options,
+    root: &Path,
+    i: usize,
+    other: &RestoredInstance,
+    groups: Range<u32>,
+) -> Result<u64> {
+    let scratch = root.join(format!("restore-{i}"));
+    let result = (|| {
+        place(&other.files, &scratch)?;
+        let cfs = rocksdb::DB::list_cf(opts, &scratch).map_err(|e| err("open", &scratch, e))?;
+        let src = rocksdb::DB::open_cf_for_read_only(opts, &scratch, &cfs, false)
+            .map_err(|e| restore_error(other, err("open", &scratch, e)))?;
+        let mut n = 0;
+        for name in &cfs {
+            if db.cf_handle(name).is_none() {
+                db.create_cf(name, opts)
+                    .map_err(|e| err("create column family", &scratch, e))?;
+            }
+            let cf = src
+                .cf_handle(name)
+                .ok_or_else(|| Error::Config(format!("internal: column family {name} not open")))?;
+            let path = root.join(format!("restore-{i}-{name}.sst"));
+            let written = write_sst(&src, cf, &groups, &path)?;
+            if written > 0 {
+                let mut ingest = rocksdb::IngestExternalFileOptions::default();
+                ingest.set_move_files(true);
+                let target = db.cf_handle(name).expect("created above");
+                db.ingest_external_file_cf_opts(target, &ingest, vec![&path])
+                    .map_err(|e| err("ingest", &path, e))?;
+            }
+            let _ = std::fs::remove_file(&path);
+            n += written;
+        }
+        Ok(n)
+    })();
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+/// Writes the entries of key groups `groups` of column family `cf` of `src` to the SST file
+/// `path`; the number written (none: no file).
+fn write_sst(
+    src: &rocksdb::DB,
+    cf: &rocksdb::ColumnFamily,
+    groups: &Range<u32>,
+    path: &Path,
+) -> Result<u64> {
+    let mut read = rocksdb::ReadOptions::default();
+    read.set_iterate_upper_bound(group_key(groups.end));
+    // A bulk read: keep these blocks out of the cache.
+    read.fill_cache(false);
+    let start = group_key(groups.start);
+    let iter = src.iterator_cf_opt(
+        cf,
+        read,
+        rocksdb::IteratorMode::From(&start, rocksdb::Direction::Forward),
+    );
+    let mut opts = rocksdb::Options::default();
+    opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    let mut table = rocksdb::BlockBasedOptions::default();
+    table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
+    opts.set_block_based_table_factory(&table);
+    let mut writer = rocksdb::SstFileWriter::create(&opts);
+    let mut n = 0u64;
+    for item in iter {
+        let (k, v) = item.map_err(|e| err("read for restore", path, e))?;
+        if n == 0 {
+            writer
+                .open(path)
+                .map_err(|e| err("create SST file", path, e))?;
+        }
+        writer
+            .put(&k, &v)
+            .map_err(|e| err("write SST file", path, e))?;
+        n += 1;
+    }
+    if n > 0 {
+        writer
+            .finish()
+            .map_err(|e| err("finish SST file", path, e))?;
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests;

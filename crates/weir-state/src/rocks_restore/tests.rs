@@ -1,0 +1,241 @@
+use crate::{RocksDbBackend, RocksDbConfig};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::rc::Rc;
+use weir_core::checkpoint::{LocalFile, OperatorSnapshot, RestoredInstance};
+use weir_core::data::{key_group, key_group_range};
+use weir_core::ids::CheckpointId;
+use weir_core::state::{KeyContext, StateContext};
+
+const MAX: usize = 128;
+const KEYS: u64 = 3_000;
+
+fn config(dir: &Path) -> RocksDbConfig {
+    RocksDbConfig {
+        local_dir: dir.join("local"),
+        cache_entries: 64,
+        ..RocksDbConfig::default()
+    }
+}
+
+fn open(
+    cfg: &RocksDbConfig,
+    subtask: usize,
+    parallelism: usize,
+    from: &[RestoredInstance],
+) -> weir_core::Result<(Rc<KeyContext<u64>>, StateContext<u64>)> {
+    let label = format!("op1-{subtask}");
+    let backend = RocksDbBackend::open(
+        cfg,
+        &label,
+        MAX,
+        subtask,
+        parallelism,
+        BTreeMap::new(),
+        from,
+    )?;
+    let key = KeyContext::<u64>::new();
+    Ok((key.clone(), StateContext::new(key, Box::new(backend))))
+}
+
+fn owned(k: u64, subtask: usize, parallelism: usize) -> bool {
+    key_group_range(subtask, MAX, parallelism).contains(&key_group(&k, MAX).0)
+}
+
+/// Copies a snapshot's files out of the instance (which removes its own when dropped), as
+/// the runtime brings them back from checkpoint storage.
+fn keep(snap: &OperatorSnapshot, dir: &Path, key_groups: std::ops::Range<u32>) -> RestoredInstance {
+    std::fs::create_dir_all(dir).unwrap();
+    let files = snap
+        .files
+        .iter()
+        .map(|f| {
+            let path = dir.join(f.path.file_name().unwrap());
+            std::fs::copy(&f.path, &path).unwrap();
+            LocalFile {
+                path,
+                name: f.name.clone(),
+                shared: f.shared,
+            }
+        })
+        .collect();
+    RestoredInstance { key_groups, files }
+}
+
+/// Runs `parallelism` old subtasks, each holding value `10 k` and map entry `(1, k)` for
+/// every key `k < KEYS` it owns (some cleared), and checkpoints them.
+fn old_instances(root: &Path, parallelism: usize) -> Vec<RestoredInstance> {
+    let cfg = config(root);
+    (0..parallelism)
+        .map(|s| {
+            let (key, mut ctx) = open(&cfg, s, parallelism, &[]).unwrap();
+            let mut value = ctx.value_state::<u64>("value").unwrap();
+            let mut map = ctx.map_state::<u32, u64>("map").unwrap();
+            for k in (0..KEYS).filter(|k| owned(*k, s, parallelism)) {
+                key.set(k);
+                value.set(10 * k).unwrap();
+                map.put(1, k).unwrap();
+                if k % 13 == 0 {
+                    value.clear().unwrap();
+                }
+            }
+            let hooks = ctx.hooks();
+            let mut snap = hooks.borrow_mut().snapshot(CheckpointId(1)).unwrap();
+            snap.resolve_files().unwrap();
+            let dir = root.join(format!("stored-{parallelism}-{s}"));
+            keep(&snap, &dir, key_group_range(s, MAX, parallelism))
+        })
+        .collect()
+}
+
+/// Every key the new subtask owns has exactly its old value and map entry; no other key
+/// has any (the clipped key groups are gone).
+fn check(cfg: &RocksDbConfig, subtask: usize, parallelism: usize, from: &[RestoredInstance]) {
+    let (key, mut ctx) = open(cfg, subtask, parallelism, from).unwrap();
+    let value = ctx.value_state::<u64>("value").unwrap();
+    let map = ctx.map_state::<u32, u64>("map").unwrap();
+    let mut owned_keys = 0;
+    for k in 0..KEYS {
+        key.set(k);
+        if owned(k, subtask, parallelism) {
+            owned_keys += 1;
+            let want = (k % 13 != 0).then_some(10 * k);
+            assert_eq!(value.get().unwrap(), want, "key {k} of subtask {subtask}");
+            assert_eq!(map.entries().unwrap(), vec![(1, k)], "key {k}");
+        } else {
+            assert_eq!(
+                value.get().unwrap(),
+                None,
+                "key {k} is not subtask {subtask}'s"
+            );
+            assert_eq!(map.entries().unwrap(), vec![], "key {k}");
+        }
+    }
+    assert!(owned_keys > 0);
+}
+
+fn rescale(from: usize, to: usize) {
+    let tmp = tempfile::tempdir().unwrap();
+    let old = old_instances(tmp.path(), from);
+    let cfg = config(&tmp.path().join("new"));
+    for s in 0..to {
+        check(&cfg, s, to, &old);
+    }
+}
+
+#[test]
+fn restores_exact_contents_at_the_same_parallelism() {
+    rescale(2, 2);
+}
+
+#[test]
+fn restores_exact_contents_from_2_to_3_subtasks() {
+    rescale(2, 3);
+}
+
+#[test]
+fn restores_exact_contents_from_3_to_2_subtasks() {
+    rescale(3, 2);
+}
+
+fn sst_names(snap: &OperatorSnapshot) -> Vec<String> {
+    let mut v: Vec<String> = snap
+        .files
+        .iter()
+        .filter(|f| f.shared)
+        .map(|f| f.name.clone())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The first checkpoint after a restore names the SST files it restored with as the
+/// checkpoint it restored from did, so storage keeps them once; only new files get new
+/// names.
+#[test]
+fn the_first_checkpoint_after_a_restore_reuses_the_restored_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let old = old_instances(tmp.path(), 1);
+    let before: Vec<String> = {
+        let mut v: Vec<String> = old[0]
+            .files
+            .iter()
+            .filter(|f| f.shared)
+            .map(|f| f.name.clone())
+            .collect();
+        v.sort();
+        v
+    };
+    assert!(!before.is_empty());
+    let cfg = config(&tmp.path().join("new"));
+    let (key, mut ctx) = open(&cfg, 0, 1, &old).unwrap();
+    let mut value = ctx.value_state::<u64>("value").unwrap();
+    let hooks = ctx.hooks();
+    let mut snap = hooks.borrow_mut().snapshot(CheckpointId(2)).unwrap();
+    snap.resolve_files().unwrap();
+    assert_eq!(
+        sst_names(&snap),
+        before,
+        "nothing changed: every file is shared"
+    );
+    key.set(7);
+    value.set(1).unwrap();
+    let mut snap = hooks.borrow_mut().snapshot(CheckpointId(3)).unwrap();
+    snap.resolve_files().unwrap();
+    let after = sst_names(&snap);
+    let new: Vec<&String> = after.iter().filter(|n| !before.contains(n)).collect();
+    assert_eq!(new.len(), 1, "one new file for the one change: {after:?}");
+    assert!(before.iter().all(|n| after.contains(n)), "{after:?}");
+}
+
+#[test]
+fn a_missing_checkpoint_file_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let old = old_instances(tmp.path(), 1);
+    let sst = old[0]
+        .files
+        .iter()
+        .find(|f| f.shared)
+        .expect("an SST file")
+        .clone();
+    std::fs::remove_file(&sst.path).unwrap();
+    let cfg = config(&tmp.path().join("new"));
+    let e = open(&cfg, 0, 1, &old).err().expect("fails").to_string();
+    assert!(
+        e.contains(&sst.path.display().to_string()) && e.contains("is missing"),
+        "{e}"
+    );
+    assert!(e.contains(&sst.name), "{e}");
+}
+
+#[test]
+fn a_truncated_sst_file_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let old = old_instances(tmp.path(), 1);
+    let sst = old[0]
+        .files
+        .iter()
+        .find(|f| f.shared)
+        .expect("an SST file")
+        .clone();
+    let len = std::fs::metadata(&sst.path).unwrap().len();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&sst.path)
+        .unwrap();
+    f.set_len(len / 2).unwrap();
+    let cfg = config(&tmp.path().join("new"));
+    let e = open(&cfg, 0, 1, &old).err().expect("fails").to_string();
+    let local = sst.path.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        e.contains("restoring RocksDB state of key groups 0..128") && e.contains(&local),
+        "{e}"
+    );
+    // The failed instance left nothing behind.
+    let left: Vec<_> = std::fs::read_dir(&cfg.local_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
