@@ -63,7 +63,7 @@ struct Subtask {
     out: Out,
 }
 
-fn subtask(dir: &Path, p: usize, s: usize, restore: &[PathBuf]) -> Subtask {
+fn subtask(dir: &Path, p: usize, s: usize, restore: &[RestoredInstance]) -> Subtask {
     let cfg = RocksDbConfig {
         local_dir: dir.join("local"),
         // Far fewer entries than timers: they live in RocksDB.
@@ -108,8 +108,9 @@ fn records() -> Vec<(u64, Timestamp)> {
         .collect()
 }
 
-/// Snapshots a subtask and copies its files into `dir`, as a restore brings them back.
-fn checkpoint(s: &Subtask, dir: &Path) -> PathBuf {
+/// Snapshots subtask `index` (of 2) and copies its files into `dir`, as a restore brings
+/// them back.
+fn checkpoint(s: &Subtask, index: usize, dir: &Path) -> RestoredInstance {
     let hooks = s.op.state().hooks();
     let mut snap: OperatorSnapshot = hooks.borrow_mut().snapshot(CheckpointId(1)).unwrap();
     snap.resolve_files().unwrap();
@@ -119,10 +120,23 @@ fn checkpoint(s: &Subtask, dir: &Path) -> PathBuf {
         snap.keyed
     );
     std::fs::create_dir_all(dir).unwrap();
-    for f in &snap.files {
-        std::fs::copy(&f.path, dir.join(f.path.file_name().unwrap())).unwrap();
+    let files = snap
+        .files
+        .iter()
+        .map(|f| {
+            let path = dir.join(f.path.file_name().unwrap());
+            std::fs::copy(&f.path, &path).unwrap();
+            LocalFile {
+                path,
+                name: f.name.clone(),
+                shared: f.shared,
+            }
+        })
+        .collect();
+    RestoredInstance {
+        key_groups: key_group_range(index, MAX_P, 2),
+        files,
     }
-    dir.to_path_buf()
 }
 
 /// Every timer fires exactly once over a checkpoint at parallelism 2 and a restore at
@@ -145,10 +159,10 @@ fn fire_across_a_restore_at(p: usize) {
         .collect();
     fired.sort_unstable();
     assert_eq!(fired, want_before);
-    let dirs: Vec<PathBuf> = before
+    let dirs: Vec<RestoredInstance> = before
         .iter()
         .enumerate()
-        .map(|(i, s)| checkpoint(s, &tmp.path().join(format!("chk-{i}"))))
+        .map(|(i, s)| checkpoint(s, i, &tmp.path().join(format!("chk-{i}"))))
         .collect();
     drop(before);
 
