@@ -532,11 +532,11 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
 /// for a command or an unaligned barrier).
 const OUTPUT_WAIT: Duration = Duration::from_millis(1);
 
-/// The timeline of checkpoint barriers at trace level (`RUST_LOG=weir::barriers=trace`):
+/// The timeline of checkpoint barriers at debug level (`RUST_LOG=weir::barriers=debug`):
 /// when the coordinator triggered, when each task saw its trigger or barrier, snapshotted
 /// and acknowledged; where a slow checkpoint waits shows as a gap.
 pub(crate) fn barrier_trace(a: std::fmt::Arguments<'_>) {
-    tracing::trace!(target: "weir::barriers", "{a}");
+    tracing::debug!(target: "weir::barriers", "{a}");
 }
 
 /// Adds the time until it is dropped to the task's idle time.
