@@ -652,36 +652,6 @@ impl<T: Data> ChannelWriter<T> {
         self.send_now(target, msg)
     }
 
-    /// Registers the lanes with the sending thread's output availability, once.
-    fn register(&mut self) {
-        if !self.registered {
-            self.registered = true;
-            let lanes: Arc<dyn available::Room> = self.lanes.clone();
-            available::register(Arc::downgrade(&lanes));
-        }
-    }
-
-    /// Sends the records held at an unaligned barrier for `target` at once when its
-    /// channel has a free slot, even over its in-flight budget (an overdraft of one batch,
-    /// as Flink's overdraft buffers): the consumer's channel state is complete only once
-    /// they arrived, and the budget would make it wait for its own backlog. With no free
-    /// slot they stay held, sent before anything newer.
-    fn send_held_now(&mut self, target: usize) -> Result<()> {
-        if self.lanes.senders[target].is_full() {
-            return Ok(());
-        }
-        let Some(held) = self.held[target].take() else {
-            return Ok(());
-        };
-        self.register();
-        self.lanes.budgets[target].acquire_overdraft(held.len());
-        self.sent[target] += 1;
-        // This writer is the channel's only sender: the free slot is still free.
-        self.lanes.senders[target]
-            .send(Msg::Batch(held))
-            .map_err(|_| Error::ChannelClosed("downstream subtask stopped".into()))
-    }
-
     fn send_now(&mut self, target: usize, msg: Msg<T>) -> Result<()> {
         self.register();
         self.sent[target] += 1;
@@ -737,30 +707,6 @@ impl<T: Data> ChannelWriter<T> {
             Vec::with_capacity(self.cfg.batch_size),
         );
         self.send(target, Msg::Batch(batch))
-    }
-
-    /// A timed or idle flush: sends what is buffered (and held) to every target that
-    /// takes it without waiting. A target with no room keeps its records for the next
-    /// flush or a full batch: a task never waits in a flush, deaf to barriers, for records
-    /// that are only late, not due.
-    fn flush_ready(&mut self) -> Result<()> {
-        for t in 0..self.lanes.senders.len() {
-            if self.held[t].is_some() && self.lanes.target_has_room(t) {
-                let held = self.held[t].take().expect("held");
-                self.send_now(t, Msg::Batch(held))?;
-            }
-            if self.held[t].is_none()
-                && !self.buffers[t].is_empty()
-                && self.lanes.target_has_room(t)
-            {
-                let batch = std::mem::replace(
-                    &mut self.buffers[t],
-                    Vec::with_capacity(self.cfg.batch_size),
-                );
-                self.send_now(t, Msg::Batch(batch))?;
-            }
-        }
-        Ok(())
     }
 
     fn flush_all(&mut self) -> Result<()> {

@@ -6,7 +6,9 @@
 //! for room while still taking checkpoint triggers and unaligned barriers: a barrier is
 //! then never stuck behind a send that waits for a slow consumer.
 
-use super::ChannelBudget;
+use super::{ChannelBudget, ChannelWriter, Msg};
+use crate::data::Data;
+use crate::error::{Error, Result};
 use crossbeam_channel::Sender;
 use std::cell::RefCell;
 use std::sync::{Arc, Weak};
@@ -44,7 +46,7 @@ thread_local! {
 }
 
 /// Registers a writer's lanes with the current thread (once, at its first send).
-pub(super) fn register(lanes: Weak<dyn Room>) {
+pub(super) fn register_lanes(lanes: Weak<dyn Room>) {
     WRITERS.with(|w| w.borrow_mut().push(lanes));
 }
 
@@ -74,4 +76,61 @@ pub fn output_available() -> bool {
 /// thread starts and ends).
 pub fn clear_outputs() {
     WRITERS.with(|w| w.borrow_mut().clear());
+}
+
+/// The parts of [`ChannelWriter`] that keep a task from waiting on a full output.
+impl<T: Data> ChannelWriter<T> {
+    /// Registers the lanes with the sending thread's output availability, once.
+    pub(super) fn register(&mut self) {
+        if !self.registered {
+            self.registered = true;
+            let lanes: Arc<dyn Room> = self.lanes.clone();
+            register_lanes(Arc::downgrade(&lanes));
+        }
+    }
+
+    /// Sends the records held at an unaligned barrier for `target` at once when its
+    /// channel has a free slot, even over its in-flight budget (an overdraft of one batch,
+    /// as Flink's overdraft buffers): the consumer's channel state is complete only once
+    /// they arrived, and the budget would make it wait for its own backlog. With no free
+    /// slot they stay held, sent before anything newer.
+    pub(super) fn send_held_now(&mut self, target: usize) -> Result<()> {
+        if self.lanes.senders[target].is_full() {
+            return Ok(());
+        }
+        let Some(held) = self.held[target].take() else {
+            return Ok(());
+        };
+        self.register();
+        self.lanes.budgets[target].acquire_overdraft(held.len());
+        self.sent[target] += 1;
+        // This writer is the channel's only sender: the free slot is still free.
+        self.lanes.senders[target]
+            .send(Msg::Batch(held))
+            .map_err(|_| Error::ChannelClosed("downstream subtask stopped".into()))
+    }
+
+    /// A timed or idle flush: sends what is buffered (and held) to every target that
+    /// takes it without waiting. A target with no room keeps its records for the next
+    /// flush or a full batch: a task never waits in a flush, deaf to barriers, for records
+    /// that are only late, not due.
+    pub(super) fn flush_ready(&mut self) -> Result<()> {
+        for t in 0..self.lanes.senders.len() {
+            if self.held[t].is_some() && self.lanes.target_has_room(t) {
+                let held = self.held[t].take().expect("held");
+                self.send_now(t, Msg::Batch(held))?;
+            }
+            if self.held[t].is_none()
+                && !self.buffers[t].is_empty()
+                && self.lanes.target_has_room(t)
+            {
+                let batch = std::mem::replace(
+                    &mut self.buffers[t],
+                    Vec::with_capacity(self.cfg.batch_size),
+                );
+                self.send_now(t, Msg::Batch(batch))?;
+            }
+        }
+        Ok(())
+    }
 }
