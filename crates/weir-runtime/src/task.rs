@@ -368,7 +368,7 @@ impl Checkpoints<'_> {
     ) -> Result<()> {
         let (snapshot, sync) = self.take_snapshot(id, watermark)?;
         barrier_trace(format_args!(
-            "task {} aligned snapshot {id}",
+            "task {} snapshot {id} (a source, or aligned)",
             self.spec.index
         ));
         self.ack(id, snapshot, alignment, sync);
