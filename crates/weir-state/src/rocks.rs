@@ -31,26 +31,41 @@ use weir_core::ids::CheckpointId;
 use weir_core::state::{BackendSnapshot, Changes, KeyedStateBackend, KvStore, StateTableInfo};
 use weir_core::{Error, Result};
 
+use crate::budget::{DEFAULT_MEMORY_BUDGET_BYTES, SlotMemory};
+
 /// Settings of the RocksDB backend.
+///
+/// Memory is set by one number, [`memory_budget_bytes`](Self::memory_budget_bytes), for
+/// all of the job's RocksDB memory and write-back caches (see [`SlotPlan`](crate::SlotPlan)).
+///
+/// ```
+/// use weir_state::{BackendKind, RocksDbConfig};
+/// let cfg = RocksDbConfig { memory_budget_bytes: 1 << 30, ..RocksDbConfig::default() };
+/// let backend = BackendKind::RocksDb(cfg);
+/// assert_eq!(backend.name(), "rocksdb");
+/// ```
 #[derive(Debug, Clone)]
 pub struct RocksDbConfig {
     /// Local working directory for the instances (not the checkpoint directory).
     pub local_dir: PathBuf,
-    /// Entries each state table keeps in its typed write-back cache.
+    /// The job's memory for RocksDB (block cache, memtables, index and filter blocks) and
+    /// the typed write-back caches, split evenly over its slots; default 512 MiB
+    /// ([`DEFAULT_MEMORY_BUDGET_BYTES`](crate::DEFAULT_MEMORY_BUDGET_BYTES)). A job whose slots would get less than 16 MiB
+    /// each fails to start, saying so.
+    pub memory_budget_bytes: usize,
+    /// Entries each state table keeps in its typed write-back cache; 0 (the default)
+    /// sizes the caches from the budget: a quarter of each slot's part, shared by the
+    /// slot's tables. A number here is taken from the budget as
+    /// [`WRITE_BACK_ENTRY_BYTES`](crate::WRITE_BACK_ENTRY_BYTES) per entry per slot.
     pub cache_entries: usize,
-    /// RocksDB block cache per instance, in bytes.
-    pub block_cache_bytes: usize,
-    /// RocksDB memtable size per instance, in bytes.
-    pub write_buffer_bytes: usize,
 }
 
 impl Default for RocksDbConfig {
     fn default() -> Self {
         RocksDbConfig {
             local_dir: std::env::temp_dir().join("weir-rocksdb"),
-            cache_entries: 1 << 20,
-            block_cache_bytes: 64 << 20,
-            write_buffer_bytes: 32 << 20,
+            memory_budget_bytes: DEFAULT_MEMORY_BUDGET_BYTES,
+            cache_entries: 0,
         }
     }
 }
@@ -79,13 +94,21 @@ pub struct RocksStore {
     instance: String,
     write: rocksdb::WriteOptions,
     max_parallelism: usize,
-    cache_entries: usize,
+    /// The memory this instance shares with the others of its slot.
+    memory: Arc<SlotMemory>,
+    /// Persistent tables registered on this instance (counted in `memory`).
+    tables: std::cell::Cell<usize>,
     /// The snapshot being written in the background.
     inflight: RefCell<Option<JoinHandle<Result<()>>>>,
 }
 
 impl RocksStore {
-    fn open(cfg: &RocksDbConfig, label: &str, max_parallelism: usize) -> Result<Self> {
+    fn open(
+        cfg: &RocksDbConfig,
+        label: &str,
+        max_parallelism: usize,
+        memory: Arc<SlotMemory>,
+    ) -> Result<Self> {
         let n = INSTANCE.fetch_add(1, Ordering::Relaxed);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -101,7 +124,6 @@ impl RocksStore {
         std::fs::create_dir_all(&root).map_err(io(&root))?;
         let mut opts = rocksdb::Options::default();
         opts.create_if_missing(true);
-        opts.set_write_buffer_size(cfg.write_buffer_bytes);
         // Every checkpoint flushes the memtable into a new level-0 file that the next
         // compactions rewrite soon: compressing those first two levels costs CPU on the
         // other core at every checkpoint for little space, so only deeper levels are
@@ -119,7 +141,7 @@ impl RocksStore {
         ]);
         opts.set_level_zero_file_num_compaction_trigger(8);
         let mut table = rocksdb::BlockBasedOptions::default();
-        table.set_block_cache(&rocksdb::Cache::new_lru_cache(cfg.block_cache_bytes));
+        memory.configure(&mut opts, &mut table);
         // Keyed state reads many keys that do not exist yet (the first record of every
         // key): bloom filters answer those without reading data blocks, in the memtable
         // and in every SST file.
@@ -137,7 +159,8 @@ impl RocksStore {
             instance,
             write,
             max_parallelism,
-            cache_entries: cfg.cache_entries,
+            memory,
+            tables: std::cell::Cell::new(0),
             inflight: RefCell::new(None),
         })
     }
@@ -349,6 +372,7 @@ impl SnapshotJob {
 
 impl Drop for RocksStore {
     fn drop(&mut self) {
+        self.memory.add_tables(-(self.tables.get() as isize));
         let _ = self.settle_inflight();
         drop(self.db.take());
         let _ = std::fs::remove_dir_all(&self.root);
@@ -391,7 +415,7 @@ impl KvStore for RocksStore {
         self.max_parallelism
     }
     fn cache_capacity(&self) -> usize {
-        self.cache_entries
+        self.memory.cache_entries()
     }
     fn settle(&self) -> Result<()> {
         self.settle_inflight()
@@ -407,6 +431,10 @@ pub struct RocksDbBackend {
 
 impl RocksDbBackend {
     /// Opens a fresh instance and loads the key groups of `subtask` from `restore_dirs`.
+    /// The instance has a slot of its own (`parallelism` slots); [`BackendKind::create`]
+    /// places it in the job's slots instead.
+    ///
+    /// [`BackendKind::create`]: crate::BackendKind::create
     pub fn open(
         cfg: &RocksDbConfig,
         label: &str,
@@ -416,7 +444,42 @@ impl RocksDbBackend {
         restore: BTreeMap<String, KeyGroupBlobs>,
         restore_dirs: &[PathBuf],
     ) -> Result<Self> {
-        let store = RocksStore::open(cfg, label, max_parallelism)?;
+        let memory = SlotMemory::of_slot(cfg, subtask, parallelism)?;
+        Self::open_in(
+            cfg,
+            label,
+            max_parallelism,
+            (subtask, parallelism),
+            restore,
+            restore_dirs,
+            memory,
+        )
+    }
+
+    /// [`open`](Self::open) in slot `subtask % slots` of `slots`.
+    pub(crate) fn open_in_slot(cfg: &RocksDbConfig, p: crate::BackendParams<'_>) -> Result<Self> {
+        let memory = SlotMemory::of_slot(cfg, p.subtask, p.slots.max(p.parallelism))?;
+        Self::open_in(
+            cfg,
+            p.label,
+            p.max_parallelism,
+            (p.subtask, p.parallelism),
+            p.restore,
+            p.restore_dirs,
+            memory,
+        )
+    }
+
+    fn open_in(
+        cfg: &RocksDbConfig,
+        label: &str,
+        max_parallelism: usize,
+        (subtask, parallelism): (usize, usize),
+        restore: BTreeMap<String, KeyGroupBlobs>,
+        restore_dirs: &[PathBuf],
+        memory: Arc<SlotMemory>,
+    ) -> Result<Self> {
+        let store = RocksStore::open(cfg, label, max_parallelism, memory)?;
         let range = key_group_range(subtask, max_parallelism, parallelism);
         for dir in restore_dirs {
             let n = store.load_from(dir, range.clone())?;
@@ -441,7 +504,13 @@ impl KeyedStateBackend for RocksDbBackend {
     }
 
     fn register(&mut self, name: &str, table: Rc<dyn StateTableInfo>) -> Result<()> {
-        crate::register_table(&mut self.tables, &mut self.restore, name, table)
+        let persistent = table.is_persistent();
+        crate::register_table(&mut self.tables, &mut self.restore, name, table)?;
+        if persistent {
+            self.store.tables.set(self.store.tables.get() + 1);
+            self.store.memory.add_tables(1);
+        }
+        Ok(())
     }
 
     fn entries(&self) -> usize {

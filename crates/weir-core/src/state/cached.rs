@@ -219,6 +219,9 @@ impl<K: Key, V: Data> CachedTable<K, V> {
             // the store takes no newer value before that snapshot is done.
             self.store.settle()?;
             self.flush()?;
+            // The store may size caches from a memory budget shared with tables opened
+            // since this one: take the current capacity at every eviction.
+            self.capacity = self.store.cache_capacity().max(1);
             let mut keep = self.capacity / 2;
             self.map.retain(|_, slot| {
                 let stays = slot.used && keep > 0;
@@ -228,6 +231,7 @@ impl<K: Key, V: Data> CachedTable<K, V> {
                 }
                 stays
             });
+            self.map.shrink_to(self.capacity);
         }
         Ok(())
     }
