@@ -9,7 +9,8 @@
 //! one cache, one write buffer manager, one write-back allowance.
 //!
 //! Of a slot's part, a quarter goes to the write-back caches (shared evenly by the slot's
-//! persistent state tables, [`WRITE_BACK_ENTRY_BYTES`] per entry) and the rest to RocksDB,
+//! persistent state tables; a value-state cache measures its entries' size from their
+//! encoded form, list and map caches count [`WRITE_BACK_ENTRY_BYTES`] per entry) and the rest to RocksDB,
 //! half of which its memtables may take. An explicit
 //! [`cache_entries`](RocksDbConfig::cache_entries) sizes the write-back caches instead and
 //! RocksDB gets what is left.
@@ -179,13 +180,19 @@ impl SlotMemory {
         opts.set_write_buffer_size((self.plan.memtable_bytes / 8).clamp(1 << 20, 64 << 20));
     }
 
-    /// Entries each persistent table of the slot keeps in its write-back cache.
-    pub(crate) fn cache_entries(&self) -> usize {
+    /// Entries each persistent table of the slot keeps in its write-back cache, for
+    /// entries of `entry_bytes` each (0: not known, counted at [`WRITE_BACK_ENTRY_BYTES`]).
+    pub(crate) fn cache_entries(&self, entry_bytes: usize) -> usize {
         match self.plan.write_back_bytes {
             None => self.explicit_entries,
             Some(bytes) => {
                 let tables = self.tables.load(Ordering::Relaxed).max(1);
-                (bytes / WRITE_BACK_ENTRY_BYTES / tables).max(1)
+                let entry = if entry_bytes == 0 {
+                    WRITE_BACK_ENTRY_BYTES
+                } else {
+                    entry_bytes
+                };
+                (bytes / entry / tables).max(1)
             }
         }
     }

@@ -415,7 +415,10 @@ impl KvStore for RocksStore {
         self.max_parallelism
     }
     fn cache_capacity(&self) -> usize {
-        self.memory.cache_entries()
+        self.memory.cache_entries(0)
+    }
+    fn cache_capacity_for(&self, entry_bytes: usize) -> usize {
+        self.memory.cache_entries(entry_bytes)
     }
     fn settle(&self) -> Result<()> {
         self.settle_inflight()
