@@ -276,6 +276,7 @@ pub fn recovery(
         "build_elapsed_s": (build.elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
         "checkpoint_dir_bytes": checkpoint_bytes,
         "restore_elapsed_s": (restore.elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
+        "peak_rss_kib": crate::large_state::peak_rss_kib(),
     })
     .to_string())
 }

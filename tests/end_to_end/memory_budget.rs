@@ -39,7 +39,10 @@ fn a_job_with_state_ten_times_its_memory_budget_stays_within_it() {
     let budget_mib = 16u64;
     let (keys, value_bytes) = (42_000u64, 4000usize);
     let logical = keys * (value_bytes as u64 + 8);
-    assert!(logical >= 10 * (budget_mib << 20), "the state must be >= 10x the budget");
+    assert!(
+        logical >= 10 * (budget_mib << 20),
+        "the state must be >= 10x the budget"
+    );
     let tmp = tempfile::tempdir().unwrap();
     let mut child = command(tmp.path(), keys, value_bytes, budget_mib)
         .spawn()
@@ -55,19 +58,36 @@ fn a_job_with_state_ten_times_its_memory_budget_stays_within_it() {
         if let Some(status) = child.try_wait().expect("poll memory_budget") {
             break status;
         }
-        assert!(Instant::now() < deadline, "memory_budget did not finish in 15 minutes");
+        assert!(
+            Instant::now() < deadline,
+            "memory_budget did not finish in 15 minutes"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     let mut out = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     assert!(status.success(), "memory_budget failed: {status}\n{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 4, "{out}");
     assert_eq!(lines[0], format!("verified {keys} of {keys} keys"));
     assert_eq!(lines[1], format!("logical state {logical} bytes"));
-    let checkpoints: u64 = lines[2].strip_prefix("checkpoints ").unwrap().parse().unwrap();
+    let checkpoints: u64 = lines[2]
+        .strip_prefix("checkpoints ")
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(checkpoints >= 1, "{out}");
     let peak: u64 = lines[3]
         .strip_prefix("peak RSS ")
@@ -88,7 +108,9 @@ fn a_job_with_state_ten_times_its_memory_budget_stays_within_it() {
 #[test]
 fn a_budget_too_small_for_the_job_stops_it_with_what_to_change() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = command(tmp.path(), 10, 100, 8).output().expect("run memory_budget");
+    let out = command(tmp.path(), 10, 100, 8)
+        .output()
+        .expect("run memory_budget");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
