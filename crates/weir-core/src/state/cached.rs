@@ -264,10 +264,10 @@ impl<K: Key, V: Data> CachedTable<K, V> {
     }
 
     fn set_entry_bytes(&mut self, encoded: usize, entries: usize) {
-        if entries > 0 {
+        if let Some(per_entry) = encoded.checked_div(entries) {
             let slot = std::mem::size_of::<(K, Slot<V>)>() * 8 / 7 + 1;
             self.entry_bytes =
-                slot + 2 * (encoded / entries) + std::mem::size_of::<Span>() + self.name.len() + 3;
+                slot + 2 * per_entry + std::mem::size_of::<Span>() + self.name.len() + 3;
         }
     }
 
