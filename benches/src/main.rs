@@ -76,6 +76,7 @@ mod cluster;
 mod collections;
 mod in_flight;
 mod jobs;
+mod large_state;
 mod latency;
 mod recovery;
 mod time_joins;
@@ -136,6 +137,11 @@ enum Job {
     /// List appends and map puts on RocksDB against one key whose collections already
     /// hold each of `--sizes` elements: the cost per operation as a collection grows.
     StateCollections(CollectionsArgs),
+    /// keyed-sum with `--value-bytes` of state per key on RocksDB under one memory budget
+    /// (state far larger than memory): records/s, checkpoint p50/p99, peak RSS, state size.
+    KeyedSumLarge(large_state::LargeStateArgs),
+    /// Sliding event-time windows (1 h, sliding by 1 min) counting per key on RocksDB.
+    SlidingWindow(large_state::LargeStateArgs),
     /// A worker of `keyed-sum --workers N`, started by the coordinating weir-bench.
     #[command(hide = true)]
     ClusterWorker(WorkerArgs),
@@ -591,6 +597,24 @@ fn main() -> ExitCode {
             }
             return ExitCode::SUCCESS;
         }
+        Job::KeyedSumLarge(a) | Job::SlidingWindow(a) => {
+            let large = matches!(cli.job, Job::KeyedSumLarge(_));
+            let run = if large {
+                large_state::keyed_sum(a)
+            } else {
+                large_state::sliding_window(a)
+            };
+            return match run {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("weir-bench: failed: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Job::Recovery(r) => {
             return match recovery::run(r) {
                 Ok(line) => {
@@ -677,6 +701,8 @@ fn main() -> ExitCode {
         }
         Job::Recovery(_)
         | Job::RecoveryChild(_)
+        | Job::KeyedSumLarge(_)
+        | Job::SlidingWindow(_)
         | Job::StateCollections(_)
         | Job::Nexmark(_)
         | Job::ClusterWorker(_)
@@ -706,6 +732,7 @@ fn main() -> ExitCode {
                 "checkpoints_completed": r.checkpoints,
                 "results": r.results,
                 "cpu_s": cpu_s.map(|c| (c * 100.0).round() / 100.0),
+                "peak_rss_kib": large_state::peak_rss_kib(),
             });
             if let (Some(line), Some(serde_json::Value::Object(extra))) =
                 (line.as_object_mut(), extra)

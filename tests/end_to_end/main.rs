@@ -20,6 +20,7 @@ mod in_flight;
 mod joins;
 mod latency;
 mod logging;
+mod memory_budget;
 mod metrics_endpoint;
 mod object_output;
 mod object_storage;

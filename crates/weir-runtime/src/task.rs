@@ -273,6 +273,7 @@ impl Builder<'_> {
         let restore_from = restore.map(|r| r.backend.clone()).unwrap_or_default();
         let label = format!("op{node}-{}", self.subtask);
         let parallelism = job.plan.parallelism[node];
+        let slots = job.plan.parallelism.iter().copied().max().unwrap_or(1);
         let subtask = self.subtask;
         let make_backend = || {
             backend.create(BackendParams {
@@ -280,6 +281,7 @@ impl Builder<'_> {
                 max_parallelism: max,
                 subtask,
                 parallelism,
+                slots,
                 restore: keyed.clone(),
                 restore_from: &restore_from,
             })

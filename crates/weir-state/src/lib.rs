@@ -14,9 +14,15 @@ use weir_core::checkpoint::KeyGroupBlobs;
 use weir_core::state::{BackendSnapshot, KeyedStateBackend, StateTableInfo, duplicate_state_name};
 
 #[cfg(feature = "rocksdb")]
+mod budget;
+#[cfg(feature = "rocksdb")]
 mod rocks;
 #[cfg(feature = "rocksdb")]
 mod rocks_restore;
+#[cfg(feature = "rocksdb")]
+pub use budget::{
+    DEFAULT_MEMORY_BUDGET_BYTES, MIN_ROCKSDB_BYTES_PER_SLOT, SlotPlan, WRITE_BACK_ENTRY_BYTES,
+};
 #[cfg(feature = "rocksdb")]
 pub use rocks::{RocksDbBackend, RocksDbConfig, RocksStore};
 
@@ -41,6 +47,9 @@ pub struct BackendParams<'a> {
     pub subtask: usize,
     /// The operator's parallelism.
     pub parallelism: usize,
+    /// The job's slots (its largest parallelism): the RocksDB memory budget is split over
+    /// them, and subtask `i` of every operator shares slot `i`'s part.
+    pub slots: usize,
     /// Restored heap tables: name → entries per key group.
     pub restore: BTreeMap<String, KeyGroupBlobs>,
     /// The old subtasks' persistent-backend instances to restore from (those whose key
@@ -112,15 +121,7 @@ impl BackendKind {
                 Ok(Box::new(MemoryBackend::new(p.max_parallelism, p.restore)))
             }
             #[cfg(feature = "rocksdb")]
-            BackendKind::RocksDb(cfg) => Ok(Box::new(RocksDbBackend::open(
-                cfg,
-                p.label,
-                p.max_parallelism,
-                p.subtask,
-                p.parallelism,
-                p.restore,
-                p.restore_from,
-            )?)),
+            BackendKind::RocksDb(cfg) => Ok(Box::new(RocksDbBackend::open_in_slot(cfg, p)?)),
         }
     }
 }

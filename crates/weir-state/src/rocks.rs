@@ -35,17 +35,33 @@ use weir_core::ids::CheckpointId;
 use weir_core::state::{BackendSnapshot, Changes, KeyedStateBackend, KvStore, StateTableInfo};
 use weir_core::{Error, Result};
 
+use crate::budget::{DEFAULT_MEMORY_BUDGET_BYTES, SlotMemory};
+
 /// Settings of the RocksDB backend.
+///
+/// Memory is set by one number, [`memory_budget_bytes`](Self::memory_budget_bytes), for
+/// all of the job's RocksDB memory and write-back caches (see [`SlotPlan`](crate::SlotPlan)).
+///
+/// ```
+/// use weir_state::{BackendKind, RocksDbConfig};
+/// let cfg = RocksDbConfig { memory_budget_bytes: 1 << 30, ..RocksDbConfig::default() };
+/// let backend = BackendKind::RocksDb(cfg);
+/// assert_eq!(backend.name(), "rocksdb");
+/// ```
 #[derive(Debug, Clone)]
 pub struct RocksDbConfig {
     /// Local working directory for the instances (not the checkpoint directory).
     pub local_dir: PathBuf,
-    /// Entries each state table keeps in its typed write-back cache.
+    /// The job's memory for RocksDB (block cache, memtables, index and filter blocks) and
+    /// the typed write-back caches, split evenly over its slots; default 512 MiB
+    /// ([`DEFAULT_MEMORY_BUDGET_BYTES`](crate::DEFAULT_MEMORY_BUDGET_BYTES)). A job whose slots would get less than 16 MiB
+    /// each fails to start, saying so.
+    pub memory_budget_bytes: usize,
+    /// Entries each state table keeps in its typed write-back cache; 0 (the default)
+    /// sizes the caches from the budget: a quarter of each slot's part, shared by the
+    /// slot's tables. A number here is taken from the budget as
+    /// [`WRITE_BACK_ENTRY_BYTES`](crate::WRITE_BACK_ENTRY_BYTES) per entry per slot.
     pub cache_entries: usize,
-    /// RocksDB block cache per instance, in bytes.
-    pub block_cache_bytes: usize,
-    /// RocksDB memtable size per instance, in bytes.
-    pub write_buffer_bytes: usize,
     /// Local recovery (on by default): a process restarted on the same machine restores
     /// each instance from the local copy the previous process kept of its last checkpoint
     /// (the RocksDB checkpoint it took in `local_dir`) when that copy holds exactly the
@@ -59,9 +75,8 @@ impl Default for RocksDbConfig {
     fn default() -> Self {
         RocksDbConfig {
             local_dir: std::env::temp_dir().join("weir-rocksdb"),
-            cache_entries: 1 << 20,
-            block_cache_bytes: 64 << 20,
-            write_buffer_bytes: 32 << 20,
+            memory_budget_bytes: DEFAULT_MEMORY_BUDGET_BYTES,
+            cache_entries: 0,
             local_recovery: true,
         }
     }
@@ -84,10 +99,9 @@ static INSTANCE: AtomicU64 = AtomicU64::new(0);
 pub(crate) const BLOOM_BITS_PER_KEY: f64 = 10.0;
 
 /// The options of every instance (and of a restored one: the same).
-pub(crate) fn db_options(cfg: &RocksDbConfig) -> rocksdb::Options {
+pub(crate) fn db_options(memory: &SlotMemory) -> rocksdb::Options {
     let mut opts = rocksdb::Options::default();
     opts.create_if_missing(true);
-    opts.set_write_buffer_size(cfg.write_buffer_bytes);
     // Every checkpoint flushes the memtable into a new level-0 file that the next
     // compactions rewrite soon: compressing those first two levels costs CPU on the
     // other core at every checkpoint for little space, so only deeper levels are
@@ -105,7 +119,7 @@ pub(crate) fn db_options(cfg: &RocksDbConfig) -> rocksdb::Options {
     ]);
     opts.set_level_zero_file_num_compaction_trigger(8);
     let mut table = rocksdb::BlockBasedOptions::default();
-    table.set_block_cache(&rocksdb::Cache::new_lru_cache(cfg.block_cache_bytes));
+    memory.configure(&mut opts, &mut table);
     // Keyed state reads many keys that do not exist yet (the first record of every
     // key): bloom filters answer those without reading data blocks, in the memtable
     // and in every SST file.
@@ -124,7 +138,10 @@ pub struct RocksStore {
     instance: String,
     write: rocksdb::WriteOptions,
     max_parallelism: usize,
-    cache_entries: usize,
+    /// The memory this instance shares with the others of its slot.
+    memory: Arc<SlotMemory>,
+    /// Persistent tables registered on this instance (counted in `memory`).
+    tables: std::cell::Cell<usize>,
     /// The snapshot being written in the background.
     inflight: RefCell<Option<JoinHandle<Result<()>>>>,
     /// SST files the instance was restored with, by their name here: their name in
@@ -139,9 +156,9 @@ impl RocksStore {
         cfg: &RocksDbConfig,
         label: &str,
         max_parallelism: usize,
-        subtask: usize,
-        parallelism: usize,
+        (subtask, parallelism): (usize, usize),
         restore: &[RestoredInstance],
+        memory: Arc<SlotMemory>,
     ) -> Result<Self> {
         let n = INSTANCE.fetch_add(1, Ordering::Relaxed);
         let nanos = std::time::SystemTime::now()
@@ -156,7 +173,7 @@ impl RocksStore {
         let root = cfg.local_dir.join(&instance);
         let dir = root.join("db");
         std::fs::create_dir_all(&root).map_err(io(&root))?;
-        let opts = db_options(cfg);
+        let opts = db_options(&memory);
         let range = key_group_range(subtask, max_parallelism, parallelism);
         let (db, mut restored) =
             match crate::rocks_restore::restore(&opts, &root, &dir, range, restore) {
@@ -179,7 +196,8 @@ impl RocksStore {
             instance,
             write,
             max_parallelism,
-            cache_entries: cfg.cache_entries,
+            memory,
+            tables: std::cell::Cell::new(0),
             inflight: RefCell::new(None),
             restored: Arc::new(restored),
         })
@@ -368,6 +386,7 @@ impl SnapshotJob {
 
 impl Drop for RocksStore {
     fn drop(&mut self) {
+        self.memory.add_tables(-(self.tables.get() as isize));
         let _ = self.settle_inflight();
         if let Some(c) = self.compaction.take() {
             let _ = c.join();
@@ -413,7 +432,10 @@ impl KvStore for RocksStore {
         self.max_parallelism
     }
     fn cache_capacity(&self) -> usize {
-        self.cache_entries
+        self.memory.cache_entries(0)
+    }
+    fn cache_capacity_for(&self, entry_bytes: usize) -> usize {
+        self.memory.cache_entries(entry_bytes)
     }
     fn settle(&self) -> Result<()> {
         self.settle_inflight()
@@ -435,7 +457,10 @@ impl RocksDbBackend {
     /// into the new instance and opened as they are; with one, the old instance that
     /// overlaps most is the base, clipped to this subtask's key groups, and the others'
     /// entries of those key groups are ingested as SST files (see the crate's
-    /// `rocks_restore` module).
+    /// `rocks_restore` module). The instance has a slot of its own (`parallelism` slots);
+    /// [`BackendKind::create`] places it in the job's slots instead.
+    ///
+    /// [`BackendKind::create`]: crate::BackendKind::create
     pub fn open(
         cfg: &RocksDbConfig,
         label: &str,
@@ -445,13 +470,48 @@ impl RocksDbBackend {
         restore: BTreeMap<String, KeyGroupBlobs>,
         restore_from: &[RestoredInstance],
     ) -> Result<Self> {
+        let memory = SlotMemory::of_slot(cfg, subtask, parallelism)?;
+        Self::open_in(
+            cfg,
+            label,
+            max_parallelism,
+            (subtask, parallelism),
+            restore,
+            restore_from,
+            memory,
+        )
+    }
+
+    /// [`open`](Self::open) in slot `subtask % slots` of `slots`.
+    pub(crate) fn open_in_slot(cfg: &RocksDbConfig, p: crate::BackendParams<'_>) -> Result<Self> {
+        let memory = SlotMemory::of_slot(cfg, p.subtask, p.slots.max(p.parallelism))?;
+        Self::open_in(
+            cfg,
+            p.label,
+            p.max_parallelism,
+            (p.subtask, p.parallelism),
+            p.restore,
+            p.restore_from,
+            memory,
+        )
+    }
+
+    fn open_in(
+        cfg: &RocksDbConfig,
+        label: &str,
+        max_parallelism: usize,
+        (subtask, parallelism): (usize, usize),
+        restore: BTreeMap<String, KeyGroupBlobs>,
+        restore_from: &[RestoredInstance],
+        memory: Arc<SlotMemory>,
+    ) -> Result<Self> {
         let store = RocksStore::open(
             cfg,
             label,
             max_parallelism,
-            subtask,
-            parallelism,
+            (subtask, parallelism),
             restore_from,
+            memory,
         )?;
         Ok(RocksDbBackend {
             store: Rc::new(store),
@@ -472,7 +532,13 @@ impl KeyedStateBackend for RocksDbBackend {
     }
 
     fn register(&mut self, name: &str, table: Rc<dyn StateTableInfo>) -> Result<()> {
-        crate::register_table(&mut self.tables, &mut self.restore, name, table)
+        let persistent = table.is_persistent();
+        crate::register_table(&mut self.tables, &mut self.restore, name, table)?;
+        if persistent {
+            self.store.tables.set(self.store.tables.get() + 1);
+            self.store.memory.add_tables(1);
+        }
+        Ok(())
     }
 
     fn entries(&self) -> usize {

@@ -34,7 +34,12 @@ pub struct CachedTable<K, V> {
     capacity: usize,
     /// The key group of a key.
     group: fn(&K, usize) -> u32,
+    /// Memory one entry takes, estimated from encoded sizes (0: not estimated yet).
+    entry_bytes: usize,
 }
+
+/// Entries a cache holds before it estimates their size to size itself in bytes.
+const SIZE_SAMPLE_AT: usize = 1024;
 
 /// The store key of `key` in table `name`.
 pub fn store_key<K: Key>(name: &str, key: &K, max_parallelism: usize) -> Result<Vec<u8>> {
@@ -191,6 +196,7 @@ impl<K: Key, V: Data> CachedTable<K, V> {
             map: FxHashMap::default(),
             max_parallelism: store.max_parallelism(),
             capacity: store.cache_capacity().max(1),
+            entry_bytes: 0,
             store,
             group,
         }
@@ -277,11 +283,17 @@ impl<K: Key, V: Data> CachedTable<K, V> {
     /// Keeps the cache within its capacity: write the changes back, then evict every entry
     /// not used since the last eviction, and more if those used fill over half the cache.
     fn make_room(&mut self) -> Result<()> {
+        if self.entry_bytes == 0 && self.map.len() == SIZE_SAMPLE_AT {
+            self.estimate_entry_bytes()?;
+        }
         if self.map.len() >= self.capacity {
             // Clean entries may hold values a background snapshot is still writing, and
             // the store takes no newer value before that snapshot is done.
             self.store.settle()?;
             self.flush()?;
+            // The store may size caches from a memory budget shared with tables opened
+            // since this one: take the current capacity at every eviction.
+            self.capacity = self.store.cache_capacity_for(self.entry_bytes).max(1);
             let mut keep = self.capacity / 2;
             self.map.retain(|_, slot| {
                 let stays = slot.used && keep > 0;
@@ -291,8 +303,35 @@ impl<K: Key, V: Data> CachedTable<K, V> {
                 }
                 stays
             });
+            self.map.shrink_to(self.capacity);
         }
         Ok(())
+    }
+
+    /// Estimates the memory of one entry from the encoded sizes of a sample of cached
+    /// entries (a value takes about its encoded size on the heap, and its encoded copy
+    /// as much again while a checkpoint writes it), and resizes the cache to it.
+    fn estimate_entry_bytes(&mut self) -> Result<()> {
+        let mut buf = Vec::new();
+        let mut n = 0;
+        for (k, slot) in self.map.iter().take(64) {
+            codec::encode_into(k, &mut buf)?;
+            if let Some(v) = &slot.value {
+                codec::encode_into(v, &mut buf)?;
+            }
+            n += 1;
+        }
+        self.set_entry_bytes(buf.len(), n);
+        self.capacity = self.store.cache_capacity_for(self.entry_bytes).max(1);
+        Ok(())
+    }
+
+    fn set_entry_bytes(&mut self, encoded: usize, entries: usize) {
+        if let Some(per_entry) = encoded.checked_div(entries) {
+            let slot = std::mem::size_of::<(K, Slot<V>)>() * 8 / 7 + 1;
+            self.entry_bytes =
+                slot + 2 * per_entry + std::mem::size_of::<Span>() + self.name.len() + 3;
+        }
     }
 
     /// Encodes the changed entries and marks them clean.
@@ -311,6 +350,8 @@ impl<K: Key, V: Data> CachedTable<K, V> {
             })?;
             slot.dirty = false;
         }
+        let overhead = changes.len() * (self.name.len() + 3);
+        self.set_entry_bytes(changes.bytes.len().saturating_sub(overhead), changes.len());
         Ok(changes)
     }
 

@@ -183,6 +183,15 @@ pub trait KvStore {
     fn max_parallelism(&self) -> usize;
     /// Entries each table keeps in its write-back cache.
     fn cache_capacity(&self) -> usize;
+    /// Entries a table whose entries take about `entry_bytes` of memory each keeps in
+    /// its write-back cache (`0`: not known yet); by default [`cache_capacity`]. A store
+    /// that sizes the caches in bytes divides their share by it.
+    ///
+    /// [`cache_capacity`]: KvStore::cache_capacity
+    fn cache_capacity_for(&self, entry_bytes: usize) -> usize {
+        let _ = entry_bytes;
+        self.cache_capacity()
+    }
     /// Waits until a snapshot's writes still running in the background have reached the
     /// store (and fails if they failed). Caches call this before they evict entries, whose
     /// values may not be in the store until then.

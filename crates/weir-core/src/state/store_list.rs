@@ -178,6 +178,9 @@ impl<K: Key, V: Data> StoreListTable<K, V> {
             // takes no newer value before that snapshot is done.
             self.store.settle()?;
             self.flush()?;
+            // The store may size caches from a memory budget shared with tables opened
+            // since this one: take the current capacity at every eviction.
+            self.capacity = self.store.cache_capacity().max(1);
             let mut keep = self.capacity / 2;
             self.keys.retain(|_, slot| {
                 let stays = slot.used && keep > 0;
@@ -188,6 +191,7 @@ impl<K: Key, V: Data> StoreListTable<K, V> {
                 stays
             });
             self.held = self.keys.len();
+            self.keys.shrink_to(self.capacity);
         }
         Ok(())
     }

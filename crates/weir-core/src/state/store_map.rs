@@ -225,6 +225,9 @@ impl<K: Key, UK: Key, UV: Data> StoreMapTable<K, UK, UV> {
             // the store takes no newer value before that snapshot is done.
             self.store.settle()?;
             self.flush()?;
+            // The store may size caches from a memory budget shared with tables opened
+            // since this one: take the current capacity at every eviction.
+            self.capacity = self.store.cache_capacity().max(1);
             let mut keep = self.capacity / 2;
             self.keys.retain(|_, slot| {
                 slot.entries.retain(|_, e| {
@@ -238,6 +241,7 @@ impl<K: Key, UK: Key, UV: Data> StoreMapTable<K, UK, UV> {
                 !slot.entries.is_empty()
             });
             self.held = self.keys.values().map(|s| s.entries.len()).sum();
+            self.keys.shrink_to(self.capacity);
         }
         Ok(())
     }
