@@ -314,4 +314,4 @@ fn write_sst(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

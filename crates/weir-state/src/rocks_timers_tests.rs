@@ -119,24 +119,7 @@ fn checkpoint(s: &Subtask, index: usize, dir: &Path) -> RestoredInstance {
         "nothing on the heap: {:?}",
         snap.keyed
     );
-    std::fs::create_dir_all(dir).unwrap();
-    let files = snap
-        .files
-        .iter()
-        .map(|f| {
-            let path = dir.join(f.path.file_name().unwrap());
-            std::fs::copy(&f.path, &path).unwrap();
-            LocalFile {
-                path,
-                name: f.name.clone(),
-                shared: f.shared,
-            }
-        })
-        .collect();
-    RestoredInstance {
-        key_groups: key_group_range(index, MAX_P, 2),
-        files,
-    }
+    crate::rocks_restore::tests::keep(&snap, dir, key_group_range(index, MAX_P, 2))
 }
 
 /// Every timer fires exactly once over a checkpoint at parallelism 2 and a restore at

@@ -44,7 +44,11 @@ fn owned(k: u64, subtask: usize, parallelism: usize) -> bool {
 
 /// Copies a snapshot's files out of the instance (which removes its own when dropped), as
 /// the runtime brings them back from checkpoint storage.
-fn keep(snap: &OperatorSnapshot, dir: &Path, key_groups: std::ops::Range<u32>) -> RestoredInstance {
+pub(crate) fn keep(
+    snap: &OperatorSnapshot,
+    dir: &Path,
+    key_groups: std::ops::Range<u32>,
+) -> RestoredInstance {
     std::fs::create_dir_all(dir).unwrap();
     let files = snap
         .files
