@@ -212,7 +212,7 @@ fn savepoint_stop_inspect_restore_elsewhere_rescaled_and_fall_back_on_s3() {
     let second = prefix_of(&s.checkpoints);
     let mut from_savepoint = Some(savepoint.clone());
     let mut newest = None;
-    for _ in 0..5 {
+    for _ in 0..12 {
         let mut cmd = s.command(3, Some(5_000), 100);
         if let Some(sp) = from_savepoint.take() {
             cmd.arg("--from-savepoint").arg(sp);
@@ -241,7 +241,7 @@ fn savepoint_stop_inspect_restore_elsewhere_rescaled_and_fall_back_on_s3() {
             break;
         }
     }
-    let newest = newest.expect("in 5 runs, a kill landed before the newest checkpoint's commit");
+    let newest = newest.expect("in 12 runs, a kill landed before the newest checkpoint's commit");
     // Damage the newest checkpoint's state object on the server (truncated to nothing).
     let state = server
         .files(s3::BUCKET, &format!("{second}/chk-{newest:020}"))
