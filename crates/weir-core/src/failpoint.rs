@@ -6,9 +6,12 @@
 //! (exit status 86 at once, without flushing or cleanup), `panic`, `sleep:MS` (the thread
 //! that hit it waits MS milliseconds, then goes on: a slow network or machine), and `error`
 //! (the operation at the fail point fails with an I/O error, where the code asks with
-//! [`check`]). A fail
-//! point fires the first time it is hit. Names used by weir: `checkpoint.before_metadata`,
-//! `checkpoint.after_metadata`, `savepoint.before_metadata` (job coordinator), `sink.after_precommit`,
+//! [`check`]). A fail point fires the first time it is hit; `N*action` (e.g.
+//! `kafka.before_commit=4*kill`) fires it the N-th time, letting the hits before pass, and
+//! `every*action` (e.g. `kafka.during_replay=every*sleep:3000`) at every hit.
+//! Names used by weir: `checkpoint.before_metadata`, `checkpoint.after_metadata`,
+//! `checkpoint.after_metadata_with_channel_state` (only checkpoints that stored in-flight
+//! records), `savepoint.before_metadata` (job coordinator), `sink.after_precommit`,
 //! `sink.before_commit`, `sink.after_commit` (exactly-once file sink), and in the Kafka
 //! sink `kafka.after_precommit`, `kafka.before_commit`, `kafka.during_commit` (fires on
 //! another thread while the commit is in flight), `kafka.after_commit`,
@@ -84,12 +87,35 @@ pub fn check(name: &str) -> crate::Result<()> {
     }
 }
 
-/// The action of fail point `name`, once.
+/// The action of fail point `name` when this hit fires it (once).
 fn take(name: &str) -> Option<String> {
-    table()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(name)
+    let mut t = table().lock().unwrap_or_else(|p| p.into_inner());
+    let (fire, keep) = step(t.get(name)?);
+    match keep {
+        Some(k) => {
+            t.insert(name.to_string(), k);
+        }
+        None => {
+            t.remove(name);
+        }
+    }
+    fire
+}
+
+/// One hit of a fail point set to `action`: what fires now, and what stays set for the
+/// next hit. `N*action` lets the first N-1 hits pass; `every*action` fires at every hit.
+fn step(action: &str) -> (Option<String>, Option<String>) {
+    if let Some(a) = action.strip_prefix("every*") {
+        return (Some(a.to_string()), Some(action.to_string()));
+    }
+    match action
+        .split_once('*')
+        .map(|(n, a)| (n.trim().parse::<u32>(), a))
+    {
+        Some((Ok(n), a)) if n > 1 => (None, Some(format!("{}*{a}", n - 1))),
+        Some((Ok(_), a)) => (Some(a.to_string()), None),
+        _ => (Some(action.to_string()), None),
+    }
 }
 
 fn fire(name: &str, action: &str) {
@@ -128,5 +154,24 @@ fn fire(name: &str, action: &str) {
             action = other,
             "unknown fail point action '{other}' (use kill, stop, exit, panic, sleep:MS, or error where the code checks for it)"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::step;
+
+    #[test]
+    fn a_counted_action_lets_the_hits_before_it_pass() {
+        assert_eq!(step("kill"), (Some("kill".into()), None));
+        assert_eq!(step("3*kill"), (None, Some("2*kill".into())));
+        assert_eq!(step("2*sleep:10"), (None, Some("1*sleep:10".into())));
+        assert_eq!(step("1*sleep:10"), (Some("sleep:10".into()), None));
+        // Not a count: the whole text is the action (reported as unknown when fired).
+        assert_eq!(step("x*kill"), (Some("x*kill".into()), None));
+        assert_eq!(
+            step("every*sleep:5"),
+            (Some("sleep:5".into()), Some("every*sleep:5".into()))
+        );
     }
 }

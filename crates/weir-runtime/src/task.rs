@@ -96,10 +96,12 @@ pub(crate) struct TaskSpec {
     pub metrics: Arc<crate::status::TaskMetrics>,
 }
 
-/// Holds the sources back until every task of an attempt has restored and opened its
+/// Holds every task back until every task of an attempt has restored and opened its
 /// operators. A sink may need to finish its restore before anything new is written (the
 /// Kafka sink re-produces uncommitted transactions of keys that, after a rescale, other
-/// subtasks now own), so no record may flow until every sink subtask is ready.
+/// subtasks now own), so no record may flow until every sink subtask is ready: not from a
+/// source, and not from an operator replaying the channel state of an unaligned checkpoint
+/// or firing restored timers.
 /// In a cluster the gate waits for one more arrival, made when the coordinator reports
 /// that every worker has built its tasks; `on_built` tells the worker its own are built.
 pub(crate) struct StartGate {
@@ -513,6 +515,12 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
             if let Some(q) = metrics.node(spec.head).and_then(|c| c.queued_in.as_ref()) {
                 gates.iter().for_each(|g| q.add(g.budgets()));
             }
+            // An operator writes before any source does when it replays restored channel
+            // state or fires restored timers: that output, too, must wait until every sink
+            // subtask finished its restore.
+            let waiting = Instant::now();
+            ck.spec.start.wait(&ck.spec.cancel)?;
+            metrics.idle(waiting.elapsed());
             // Records in are counted per batch and watermarks as they are forwarded.
             let cells = counted.and_then(|m| m.node(spec.head));
             run_operator(job, gates, control, cells, &mut ck, &channel_state)
@@ -813,6 +821,12 @@ fn run_operator(
     while open > 0 {
         if cancelled(ck) {
             return Err(Error::Cancelled);
+        }
+        // Commands first: a checkpoint's completion (a sink's commit) must not wait behind
+        // input that keeps a channel ready at every turn (a slow sink under backpressure),
+        // or the sink's pre-committed transactions pile up.
+        while let Ok(cmd) = commands.try_recv() {
+            gots.push(Got::Command(cmd));
         }
         // Unaligned barriers first, then the messages taken when one was seen.
         events.clear();

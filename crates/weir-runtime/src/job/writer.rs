@@ -125,6 +125,14 @@ impl CheckpointWriter {
                 {
                     let _span = span.entered();
                     failpoint::hit("checkpoint.before_metadata");
+                    // Whether the checkpoint stores in-flight records (taken unaligned).
+                    let in_flight = acks.iter().any(|(_, snaps)| {
+                        snaps.values().any(|s| {
+                            s.keyed
+                                .get(weir_core::exchange::CHANNEL_STATE_TABLE)
+                                .is_some_and(|t| !t.is_empty())
+                        })
+                    });
                     // A panic while writing must still end the checkpoint (as failed), or
                     // the coordinator would wait for it forever.
                     let result = catch_unwind(AssertUnwindSafe(|| {
@@ -143,6 +151,9 @@ impl CheckpointWriter {
                     .unwrap_or_else(|p| Err(Error::from_panic(p)));
                     if result.is_ok() {
                         failpoint::hit("checkpoint.after_metadata");
+                        if in_flight {
+                            failpoint::hit("checkpoint.after_metadata_with_channel_state");
+                        }
                     }
                     let _ = done.send(Written {
                         id,
