@@ -227,15 +227,19 @@ fn a_cluster_survives_its_s3_server_restarting_checkpoints_fail_then_succeed_exa
     server.restart();
     // Generous: after the restart the workers' requests back off, and on a loaded machine
     // (two cores running other test binaries) the next checkpoint took over a minute.
-    wait_for(
-        "a checkpoint to complete again",
-        Duration::from_secs(180),
-        || {
-            complete_on_server(&server, "cluster-restart/ck")
-                .last()
-                .is_some_and(|&id| id > before)
-        },
-    );
+    let t0 = std::time::Instant::now();
+    while !complete_on_server(&server, "cluster-restart/ck")
+        .last()
+        .is_some_and(|&id| id > before)
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(180),
+            "no checkpoint completed in 180 s after the server came back; the coordinator's \
+             log:\n{}",
+            read(&coord_log)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     expect_success(&mut coord, &coord_log, "the coordinator");
     for (mut w, log) in workers {
         expect_success(&mut w, &log, "a worker");

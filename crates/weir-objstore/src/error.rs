@@ -36,6 +36,33 @@ pub enum Error {
 }
 
 impl Error {
+    /// True when a request failed in a way that may pass on a later try: the server could
+    /// not be reached or kept failing, not a missing object, bucket or credentials.
+    ///
+    /// ```
+    /// let e = weir_objstore::Error::Config { url: "s3:/x".into(), message: "bad".into() };
+    /// assert!(!e.is_transient());
+    /// ```
+    pub fn is_transient(&self) -> bool {
+        let Error::Store { source, .. } = self else {
+            return false;
+        };
+        if matches!(
+            **source,
+            object_store::Error::NotFound { .. }
+                | object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. }
+                | object_store::Error::NotSupported { .. }
+                | object_store::Error::NotImplemented
+                | object_store::Error::InvalidPath { .. }
+                | object_store::Error::UnknownConfigurationKey { .. }
+        ) {
+            return false;
+        }
+        // What the hint names as the user's to fix is not transient either.
+        hint(source).is_empty() || hint(source).contains("cannot be reached")
+    }
+
     /// True when the object (or upload) does not exist.
     pub fn is_not_found(&self) -> bool {
         matches!(self, Error::Store { source, .. } if matches!(**source, object_store::Error::NotFound { .. }))

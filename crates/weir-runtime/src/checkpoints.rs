@@ -18,7 +18,14 @@ use weir_core::{Error, Result, codec};
 pub(crate) type RestoreMap = HashMap<usize, Vec<RestoreState>>;
 
 fn storage_err(e: weir_checkpoint::Error) -> Error {
-    Error::Config(e.to_string())
+    match &e {
+        // Object storage that failed after its retries may work again (a server that
+        // restarts): not a configuration error, so a restart of the job tries again.
+        weir_checkpoint::Error::ObjectStore(s) if s.is_transient() => {
+            Error::io("checkpoint storage", std::io::Error::other(e.to_string()))
+        }
+        _ => Error::Config(e.to_string()),
+    }
 }
 
 /// What a manifest records of each operator, by operator id: node index, display name and

@@ -290,14 +290,26 @@ pub(crate) fn run_with(
         let mut restore = None;
         let mut first_id = CheckpointId(1);
         if let Some(storage) = &storage {
-            if let Some((manifest, path)) = checkpoints::find_restore(
+            let found = checkpoints::find_restore(
                 storage,
                 explicit.as_deref(),
                 job.cfg
                     .checkpoint
                     .as_ref()
                     .is_some_and(|c| c.start_fresh_if_unusable),
-            )? {
+            );
+            let found = match (found, job.cfg.checkpoint.as_ref(), restarts.as_mut()) {
+                // A restart that cannot read its checkpoints (object storage restarting
+                // after the very failure that stopped the attempt) waits and tries again,
+                // as far as the restart strategy allows; a first start reports it at once.
+                (Err(e), Some(cfg), Some(restarts)) if attempt > 0 && !e.is_deterministic() => {
+                    let delay = restart_delay(name, &job, cfg, restarts, &mut attempt, e)?;
+                    wait_for_restart(&job, delay)?;
+                    continue;
+                }
+                (found, _, _) => found?,
+            };
+            if let Some((manifest, path)) = found {
                 // A checkpoint directory belongs to one job: resuming another job's
                 // checkpoint by accident would mix its state into this one. An explicit
                 // restore path (a savepoint) may come from a job of another name.
@@ -383,48 +395,69 @@ pub(crate) fn run_with(
                     );
                     return Err(e);
                 }
-                let delay = match restarts.on_failure(Instant::now()) {
-                    crate::restart::Decision::GiveUp { reason } => {
-                        tracing::error!(
-                            job = name,
-                            restarts = attempt,
-                            strategy = %cfg.restart,
-                            error = %e,
-                            %reason,
-                            "job '{name}' failed after {attempt} restart{}: {e}; not restarting: {reason}",
-                            if attempt == 1 { "" } else { "s" }
-                        );
-                        return Err(e);
-                    }
-                    crate::restart::Decision::Restart { delay, note } => {
-                        job.status.restarting();
-                        attempt += 1;
-                        tracing::warn!(
-                            job = name,
-                            restart = attempt,
-                            delay_ms = delay.as_millis() as u64,
-                            error = %e,
-                            "job '{name}' failed: {e}; restarting from the last complete checkpoint \
-                             in {} ms (restart {attempt}; {note})",
-                            delay.as_millis()
-                        );
-                        delay
-                    }
-                };
+                let delay = restart_delay(name, &job, cfg, restarts, &mut attempt, e)?;
                 // After a restart, resume from the newest checkpoint, not an explicit old one.
                 if outcome.completed.is_some() {
                     explicit = None;
                 }
-                let deadline = Instant::now() + delay;
-                while Instant::now() < deadline {
-                    if job.cancel.load(Ordering::SeqCst) {
-                        return Err(Error::Cancelled);
-                    }
-                    std::thread::sleep(Duration::from_millis(10).min(deadline - Instant::now()));
-                }
+                wait_for_restart(&job, delay)?;
             }
         }
     }
+}
+
+/// What the restart strategy says after the attempt failed with `e`: the delay before the
+/// next attempt (counted in `attempt` and reported), or `e` when it gives up.
+fn restart_delay(
+    name: &str,
+    job: &JobShared,
+    cfg: &crate::config::CheckpointConfig,
+    restarts: &mut crate::restart::Restarts,
+    attempt: &mut u32,
+    e: Error,
+) -> Result<Duration> {
+    match restarts.on_failure(Instant::now()) {
+        crate::restart::Decision::GiveUp { reason } => {
+            let attempt = *attempt;
+            tracing::error!(
+                job = name,
+                restarts = attempt,
+                strategy = %cfg.restart,
+                error = %e,
+                %reason,
+                "job '{name}' failed after {attempt} restart{}: {e}; not restarting: {reason}",
+                if attempt == 1 { "" } else { "s" }
+            );
+            Err(e)
+        }
+        crate::restart::Decision::Restart { delay, note } => {
+            job.status.restarting();
+            *attempt += 1;
+            let attempt = *attempt;
+            tracing::warn!(
+                job = name,
+                restart = attempt,
+                delay_ms = delay.as_millis() as u64,
+                error = %e,
+                "job '{name}' failed: {e}; restarting from the last complete checkpoint \
+                 in {} ms (restart {attempt}; {note})",
+                delay.as_millis()
+            );
+            Ok(delay)
+        }
+    }
+}
+
+/// Sleeps `delay` before the next attempt, unless the job is cancelled meanwhile.
+fn wait_for_restart(job: &JobShared, delay: Duration) -> Result<()> {
+    let deadline = Instant::now() + delay;
+    while Instant::now() < deadline {
+        if job.cancel.load(Ordering::SeqCst) {
+            return Err(Error::Cancelled);
+        }
+        std::thread::sleep(Duration::from_millis(10).min(deadline - Instant::now()));
+    }
+    Ok(())
 }
 
 /// A seed for the restart delays' jitter, different in every run.
