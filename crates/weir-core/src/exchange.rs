@@ -25,6 +25,7 @@ pub use budget::{
 mod available;
 mod gate;
 mod unaligned;
+mod waiting;
 use available::WriterLanes;
 pub use available::{clear_outputs, output_available};
 pub use bytes::{Metered, record_size};
@@ -35,6 +36,7 @@ pub use unaligned::{
     with_unaligned_barriers,
 };
 use unaligned::{TAG_PRIORITY, encode_priority};
+pub use waiting::pause_delivery_when;
 
 /// What travels on a channel between two subtasks.
 #[derive(Debug)]

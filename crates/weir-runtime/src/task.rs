@@ -448,6 +448,7 @@ impl Drop for Accounting<'_> {
     fn drop(&mut self) {
         weir_core::exchange::account_backpressure(None);
         weir_core::exchange::clear_outputs();
+        weir_core::exchange::pause_delivery_when(None);
         weir_core::exchange::set_barrier_timeout(None);
         self.0.ended();
     }
@@ -459,6 +460,10 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
     let _accounting = Accounting(&metrics);
     weir_core::exchange::clear_outputs();
     weir_core::exchange::account_backpressure(Some(metrics.backpressured_ns.clone()));
+    // A batch being delivered pauses for a waiting command (a checkpoint's completion
+    // commits the sinks' transactions), as for an unaligned barrier.
+    let commands = spec.commands.clone();
+    weir_core::exchange::pause_delivery_when(Some(Box::new(move || !commands.is_empty())));
     if let Some(crate::CheckpointMode::AlignedTimeout(t)) =
         job.cfg.checkpoint.as_ref().map(|c| c.mode)
     {
@@ -873,11 +878,19 @@ fn run_operator(
                 }
             }
         }
+        // Commands that wait go before any record (the rest of a batch paused for them
+        // included): a completed checkpoint's transactions are committed now, not after a
+        // backlog that a slow sink takes long to write. A barrier just seen came after the
+        // completions of the checkpoints before it, so its snapshot finds them committed.
+        while let Ok(cmd) = commands.try_recv() {
+            gots.push(Got::Command(cmd));
+        }
         // Messages kept back (or the rest of a batch whose delivery paused) go after the
         // barriers just seen are handled, before anything read later.
         for (flat, &(g, c)) in channels.iter().enumerate() {
             if out_ok
                 && events.is_empty()
+                && gots.is_empty()
                 && !ended[flat]
                 && !aligner.blocked(flat)
                 && let Some(e) = gates[g].resume(c)?
@@ -886,7 +899,7 @@ fn run_operator(
             }
         }
         let mut got_command = None;
-        if events.is_empty() {
+        if events.is_empty() && gots.is_empty() {
             let mut sel = Select::new();
             let mut index = Vec::with_capacity(channels.len());
             for (flat, &(g, c)) in channels.iter().enumerate() {
@@ -944,6 +957,7 @@ fn run_operator(
             }
         }
         let mut aligned = Aligned::Wait;
+        // (After the commands taken above.)
         gots.extend(events.drain(..).map(|(f, e)| Got::Gate(f, e)));
         gots.extend(got_command);
         for got in gots.drain(..) {

@@ -151,10 +151,13 @@ impl<T: Data> TypedGate<T> {
     }
 
     /// True when the delivery of a batch should stop at the next record: an unaligned
-    /// barrier waits on one of the gate's priority lanes, or the task's output has no room
-    /// (see [`super::output_available`]).
+    /// barrier waits on one of the gate's priority lanes, the task's output has no room
+    /// (see [`super::output_available`]), or a command waits for the task (see
+    /// [`super::pause_delivery_when`]).
     fn should_pause(&self) -> bool {
-        self.ends.iter().any(|e| !e.priority.is_empty()) || !super::output_available()
+        self.ends.iter().any(|e| !e.priority.is_empty())
+            || !super::output_available()
+            || super::waiting::commands_waiting()
     }
 
     fn process(&self, ch: usize, index: u64, kept: bool, msg: Msg<T>) -> Result<GateEvent> {

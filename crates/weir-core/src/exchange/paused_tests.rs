@@ -1,10 +1,12 @@
 //! A task whose output has no room, or that has an unaligned barrier waiting, stops
 //! delivering a batch between two records: the records delivered before its snapshot are in
 //! the operators' state and the rest of the batch is channel state, so after a restore
-//! every record written before the barrier is seen exactly once.
+//! every record written before the barrier is seen exactly once. A command that waits for
+//! the task (a checkpoint's completion) pauses a batch the same way.
 
 use super::*;
 use crossbeam_channel::Select;
+use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -242,4 +244,35 @@ fn output_is_unavailable_while_a_channel_is_at_its_budget_or_full() {
     // A writer that is gone no longer counts.
     drop(w);
     assert!(output_available());
+}
+
+#[test]
+fn a_batch_pauses_for_a_command_that_waits_and_resumes_where_it_stopped() {
+    let exchange = forward();
+    let mut set = exchange.channels(1, 1, cfg(256, 16, None));
+    let mut w = writer(&mut set);
+    for v in 0..256 {
+        w.record(v, 0).unwrap();
+    }
+    // A command arrives for the task while the operator is at record 100 (a slow sink in
+    // the middle of a long batch).
+    let waiting = Rc::new(Cell::new(false));
+    let seen = Seen::default();
+    let mut op = Op::new(&seen);
+    op.at = 100;
+    let arrives = waiting.clone();
+    *op.hook.borrow_mut() = Some(Box::new(move || arrives.set(true)));
+    let check = waiting.clone();
+    pause_delivery_when(Some(Box::new(move || check.get())));
+    let g = bind(&exchange, &mut set, op);
+    // Delivery stops at the first check after it arrived (every 64 records).
+    assert_eq!(next(&*g), GateEvent::Records(128));
+    assert_eq!(*seen.borrow(), (0..128).collect::<Vec<_>>());
+    // The task takes the command; the rest of the same batch comes next, in order, in one
+    // part (nothing waits any more).
+    waiting.set(false);
+    assert_eq!(g.resume(0).unwrap(), Some(GateEvent::Records(128)));
+    assert_eq!(g.resume(0).unwrap(), None);
+    assert_eq!(*seen.borrow(), (0..256).collect::<Vec<_>>());
+    pause_delivery_when(None);
 }
