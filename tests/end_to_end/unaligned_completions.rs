@@ -13,6 +13,10 @@ use weir_tests::join_within;
 
 const KEYS: u64 = 8;
 
+/// A pre-committed transaction: its checkpoint, its records, and how many records the sink
+/// had written when it was taken.
+type Txn = (u64, Vec<(u64, i64)>, usize);
+
 /// Emits `(record number % KEYS, 1)` for record numbers below `n`, a few per poll.
 struct Numbers {
     next: u64,
@@ -51,8 +55,7 @@ struct SlowTransactions {
     seen: Arc<Mutex<Seen>>,
     delay: Duration,
     open: Vec<(u64, i64)>,
-    /// Pre-committed transactions: checkpoint, records, records written when it was taken.
-    pre: Vec<(u64, Vec<(u64, i64)>, usize)>,
+    pre: Vec<Txn>,
     written: usize,
 }
 
