@@ -40,5 +40,6 @@ mod tables;
 mod time_joins;
 mod timers;
 mod unaligned;
+mod unaligned_completions;
 mod watermark_alignment;
 mod windows;

@@ -22,8 +22,12 @@ pub use budget::{
     BudgetClosed, BudgetConsumer, BudgetPolicy, ChannelBudget, MIN_IN_FLIGHT_RECORDS,
     RECOMPUTE_INTERVAL, RateMeter,
 };
+mod available;
 mod gate;
 mod unaligned;
+mod waiting;
+use available::WriterLanes;
+pub use available::{clear_outputs, output_available};
 pub use bytes::{Metered, record_size};
 use gate::TypedGate;
 pub use gate::{GateEvent, InputGate};
@@ -32,6 +36,7 @@ pub use unaligned::{
     with_unaligned_barriers,
 };
 use unaligned::{TAG_PRIORITY, encode_priority};
+pub use waiting::pause_delivery_when;
 
 /// What travels on a channel between two subtasks.
 #[derive(Debug)]
@@ -590,9 +595,11 @@ type Lanes<T> = (Sender<Msg<T>>, Sender<PriorityMsg>, Arc<ChannelBudget>);
 
 /// Writes records into the channels of one producer subtask, batching per target.
 pub struct ChannelWriter<T> {
-    senders: Vec<Sender<Msg<T>>>,
-    /// Per target: the channel's in-flight budget.
-    budgets: Vec<Arc<ChannelBudget>>,
+    /// Per target: the data lane and the channel's in-flight budget (shared, weakly, with
+    /// the thread's output availability check).
+    lanes: Arc<WriterLanes<T>>,
+    /// The lanes are registered with the thread that sends (at the first send).
+    registered: bool,
     /// Per target: its priority lane (unaligned barriers).
     priority: Vec<Sender<PriorityMsg>>,
     /// Per target: data messages sent so far.
@@ -626,9 +633,9 @@ impl<T: Data> ChannelWriter<T> {
             budgets.push(b);
         }
         ChannelWriter {
-            budgets,
+            lanes: Arc::new(WriterLanes { senders, budgets }),
+            registered: false,
             buffers: (0..n).map(|_| Vec::with_capacity(cfg.batch_size)).collect(),
-            senders,
             priority,
             sent: vec![0; n],
             held: (0..n).map(|_| None).collect(),
@@ -648,18 +655,19 @@ impl<T: Data> ChannelWriter<T> {
     }
 
     fn send_now(&mut self, target: usize, msg: Msg<T>) -> Result<()> {
+        self.register();
         self.sent[target] += 1;
         let closed = || Error::ChannelClosed("downstream subtask stopped".into());
         if let Msg::Batch(b) = &msg {
             // The in-flight budget: waiting for it is backpressure as a full channel is.
-            if let Some(waited) = self.budgets[target]
+            if let Some(waited) = self.lanes.budgets[target]
                 .acquire(b.len())
                 .map_err(|_| closed())?
             {
                 add_backpressured(waited);
             }
         }
-        match self.senders[target].try_send(msg) {
+        match self.lanes.senders[target].try_send(msg) {
             Ok(()) => Ok(()),
             Err(crossbeam_channel::TrySendError::Full(msg)) => {
                 // Backpressure: the channel is full and this subtask waits for its consumer.
@@ -669,18 +677,18 @@ impl<T: Data> ChannelWriter<T> {
                     // that long also goes on the priority lane, counting itself as before it.
                     (Msg::Barrier(id), Some(limit)) => {
                         let id = *id;
-                        match self.senders[target].send_timeout(msg, limit) {
+                        match self.lanes.senders[target].send_timeout(msg, limit) {
                             Ok(()) => Ok(()),
                             Err(crossbeam_channel::SendTimeoutError::Timeout(msg)) => {
                                 let _ = self.priority[target].send((id, self.sent[target]));
-                                self.senders[target].send(msg).map_err(|_| closed())
+                                self.lanes.senders[target].send(msg).map_err(|_| closed())
                             }
                             Err(crossbeam_channel::SendTimeoutError::Disconnected(_)) => {
                                 Err(closed())
                             }
                         }
                     }
-                    _ => self.senders[target].send(msg).map_err(|_| closed()),
+                    _ => self.lanes.senders[target].send(msg).map_err(|_| closed()),
                 };
                 add_backpressured(started.elapsed());
                 r
@@ -704,7 +712,7 @@ impl<T: Data> ChannelWriter<T> {
     }
 
     fn flush_all(&mut self) -> Result<()> {
-        for t in 0..self.senders.len() {
+        for t in 0..self.lanes.senders.len() {
             self.flush(t)?;
         }
         Ok(())
@@ -722,7 +730,7 @@ impl<T: Data> ChannelWriter<T> {
     /// Puts barrier `id` on every priority lane without waiting: the buffered records
     /// stay before it (sent next, as one batch), everything written later after it.
     fn unaligned_barrier(&mut self, id: CheckpointId) -> Result<()> {
-        for t in 0..self.senders.len() {
+        for t in 0..self.lanes.senders.len() {
             if self.held[t].is_some() && !self.buffers[t].is_empty() {
                 // An earlier barrier's records are still held: they go first.
                 let held = self.held[t].take().expect("held");
@@ -739,13 +747,14 @@ impl<T: Data> ChannelWriter<T> {
             self.priority[t]
                 .send((id, upto))
                 .map_err(|_| Error::ChannelClosed("downstream subtask stopped".into()))?;
+            self.send_held_now(t)?;
         }
         Ok(())
     }
 
     fn broadcast_msg(&mut self, make: impl Fn() -> Msg<T>) -> Result<()> {
         self.flush_all()?;
-        for t in 0..self.senders.len() {
+        for t in 0..self.lanes.senders.len() {
             self.send(t, make())?;
         }
         Ok(())
@@ -759,11 +768,11 @@ impl<T: Data> Output<T> for ChannelWriter<T> {
             Partitioning::Forward => self.push(0, value, ts),
             Partitioning::Rebalance => {
                 let t = self.next;
-                self.next = (t + 1) % self.senders.len();
+                self.next = (t + 1) % self.lanes.senders.len();
                 self.push(t, value, ts)
             }
             Partitioning::Broadcast => {
-                let n = self.senders.len();
+                let n = self.lanes.senders.len();
                 for t in 0..n - 1 {
                     self.push(t, value.clone(), ts)?;
                 }
@@ -774,7 +783,7 @@ impl<T: Data> Output<T> for ChannelWriter<T> {
                 let t = subtask_for_key_group(
                     crate::ids::KeyGroup(kg),
                     self.cfg.max_parallelism,
-                    self.senders.len(),
+                    self.lanes.senders.len(),
                 );
                 self.push(t, value, ts)
             }
@@ -791,15 +800,15 @@ impl<T: Data> Output<T> for ChannelWriter<T> {
             Control::LatencyMarker(m) => {
                 // As Flink: to one channel, in turn, behind the records buffered for it.
                 let t = self.next_marker;
-                self.next_marker = (t + 1) % self.senders.len();
+                self.next_marker = (t + 1) % self.lanes.senders.len();
                 self.flush(t)?;
                 self.send(t, Msg::LatencyMarker(m))
             }
-            Control::Flush => self.flush_all(),
+            Control::Flush => self.flush_ready(),
             Control::Tick(now) => {
                 if now - self.last_flush_ms >= self.cfg.flush_interval_ms {
                     self.last_flush_ms = now;
-                    self.flush_all()?;
+                    self.flush_ready()?;
                 }
                 Ok(())
             }
@@ -814,6 +823,8 @@ pub fn hash_partitioner<T: 'static, K: std::hash::Hash + 'static>(
     Arc::new(move |v: &T| key_hash(&key_fn(v)))
 }
 
+#[cfg(test)]
+mod paused_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -372,6 +372,10 @@ impl Checkpoints<'_> {
         watermark: Option<Timestamp>,
     ) -> Result<()> {
         let (snapshot, sync) = self.take_snapshot(id, watermark)?;
+        barrier_trace(format_args!(
+            "task {} snapshot {id} (a source, or aligned)",
+            self.spec.index
+        ));
         self.ack(id, snapshot, alignment, sync);
         Ok(())
     }
@@ -402,6 +406,11 @@ impl Checkpoints<'_> {
         alignment: Duration,
         sync: Duration,
     ) {
+        barrier_trace(format_args!(
+            "task {} ack {id} sync {}us",
+            self.spec.index,
+            sync.as_micros()
+        ));
         let _ = self.spec.events.send(TaskEvent::Ack {
             task: self.spec.index,
             id,
@@ -440,6 +449,8 @@ struct Accounting<'a>(&'a crate::status::TaskMetrics);
 impl Drop for Accounting<'_> {
     fn drop(&mut self) {
         weir_core::exchange::account_backpressure(None);
+        weir_core::exchange::clear_outputs();
+        weir_core::exchange::pause_delivery_when(None);
         weir_core::exchange::set_barrier_timeout(None);
         self.0.ended();
     }
@@ -449,7 +460,12 @@ impl Drop for Accounting<'_> {
 pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
     let metrics = spec.metrics.clone();
     let _accounting = Accounting(&metrics);
+    weir_core::exchange::clear_outputs();
     weir_core::exchange::account_backpressure(Some(metrics.backpressured_ns.clone()));
+    // A batch being delivered pauses for a waiting command (a checkpoint's completion
+    // commits the sinks' transactions), as for an unaligned barrier.
+    let commands = spec.commands.clone();
+    weir_core::exchange::pause_delivery_when(Some(Box::new(move || !commands.is_empty())));
     if let Some(crate::CheckpointMode::AlignedTimeout(t)) =
         job.cfg.checkpoint.as_ref().map(|c| c.mode)
     {
@@ -526,6 +542,17 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
             run_operator(job, gates, control, cells, &mut ck, &channel_state)
         }
     }
+}
+
+/// How long a task whose output has no room waits before it looks again (it wakes at once
+/// for a command or an unaligned barrier).
+const OUTPUT_WAIT: Duration = Duration::from_millis(1);
+
+/// The timeline of checkpoint barriers at debug level (`RUST_LOG=weir::barriers=debug`):
+/// when the coordinator triggered, when each task saw its trigger or barrier, snapshotted
+/// and acknowledged; where a slow checkpoint waits shows as a gap.
+pub(crate) fn barrier_trace(a: std::fmt::Arguments<'_>) {
+    tracing::debug!(target: "weir::barriers", "{a}");
 }
 
 /// Adds the time until it is dropped to the task's idle time.
@@ -620,11 +647,28 @@ fn run_source(
                     return Err(Error::Cancelled);
                 }
             }
+        } else if !weir_core::exchange::output_available() {
+            // The output has no room: a poll now would wait in a send, deaf to checkpoint
+            // triggers. Wait for room here instead, taking commands.
+            let waiting = Instant::now();
+            let r = ck.spec.commands.recv_timeout(OUTPUT_WAIT);
+            ck.spec
+                .metrics
+                .backpressured_ns
+                .fetch_add(waiting.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            match r {
+                Ok(c) => Some(c),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    return Err(Error::Cancelled);
+                }
+            }
         } else {
             ck.spec.commands.try_recv().ok()
         };
         if let Some(cmd) = cmd {
             if let TaskCommand::Trigger(id, is_final) = cmd {
+                barrier_trace(format_args!("source {} trigger {id}", ck.spec.index));
                 ck.snapshot(id, Duration::ZERO, None)?;
                 if unaligned_mode(job) && !is_final {
                     // Ahead of the records queued in the channels.
@@ -676,7 +720,12 @@ fn run_source(
             last_tick = now;
             src.control(Control::Tick(now))?;
         }
-        if let Some(m) = markers.as_mut().and_then(crate::latency::Emitter::due) {
+        // A marker waits while the output has no room (sending it would wait too).
+        if let Some(m) = markers
+            .as_mut()
+            .filter(|_| weir_core::exchange::output_available())
+            .and_then(crate::latency::Emitter::due)
+        {
             src.control(Control::LatencyMarker(m))?;
         }
         match status {
@@ -822,12 +871,9 @@ fn run_operator(
         if cancelled(ck) {
             return Err(Error::Cancelled);
         }
-        // Commands first: a checkpoint's completion (a sink's commit) must not wait behind
-        // input that keeps a channel ready at every turn (a slow sink under backpressure),
-        // or the sink's pre-committed transactions pile up.
-        while let Ok(cmd) = commands.try_recv() {
-            gots.push(Got::Command(cmd));
-        }
+        // With no room on the output, no record is delivered (it would wait in a send,
+        // deaf to barriers): only barriers and commands are taken until there is room.
+        let out_ok = weir_core::exchange::output_available();
         // Unaligned barriers first, then the messages taken when one was seen.
         events.clear();
         if mode != crate::CheckpointMode::Aligned {
@@ -839,23 +885,33 @@ fn run_operator(
                     events.push((flat, e));
                 }
             }
-            // Messages kept back go after the barriers just seen are handled.
-            for (flat, &(g, c)) in channels.iter().enumerate() {
-                if events.is_empty()
-                    && !ended[flat]
-                    && !aligner.blocked(flat)
-                    && let Some(e) = gates[g].resume(c)?
-                {
-                    events.push((flat, e));
-                }
+        }
+        // Commands that wait go before any record (the rest of a batch paused for them
+        // included): a completed checkpoint's transactions are committed now, not after a
+        // backlog that a slow sink takes long to write. A barrier just seen came after the
+        // completions of the checkpoints before it, so its snapshot finds them committed.
+        while let Ok(cmd) = commands.try_recv() {
+            gots.push(Got::Command(cmd));
+        }
+        // Messages kept back (or the rest of a batch whose delivery paused) go after the
+        // barriers just seen are handled, before anything read later.
+        for (flat, &(g, c)) in channels.iter().enumerate() {
+            if out_ok
+                && events.is_empty()
+                && gots.is_empty()
+                && !ended[flat]
+                && !aligner.blocked(flat)
+                && let Some(e) = gates[g].resume(c)?
+            {
+                events.push((flat, e));
             }
         }
         let mut got_command = None;
-        if events.is_empty() {
+        if events.is_empty() && gots.is_empty() {
             let mut sel = Select::new();
             let mut index = Vec::with_capacity(channels.len());
             for (flat, &(g, c)) in channels.iter().enumerate() {
-                if !ended[flat] && !aligner.blocked(flat) {
+                if out_ok && !ended[flat] && !aligner.blocked(flat) {
                     gates[g].select(&mut sel, c);
                     index.push((flat, false));
                 }
@@ -871,6 +927,15 @@ fn run_operator(
             let cmd_index = sel.recv(&commands);
             let selected = match sel.try_select() {
                 Ok(op) => Some(op),
+                Err(_) if !out_ok => {
+                    let waiting = Instant::now();
+                    let op = sel.select_timeout(OUTPUT_WAIT).ok();
+                    ck.spec
+                        .metrics
+                        .backpressured_ns
+                        .fetch_add(waiting.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    op
+                }
                 Err(_) => {
                     // Nothing to read: what the chain buffered goes out now, not at the
                     // next flush interval (no record would join it while the task waits).
@@ -900,6 +965,7 @@ fn run_operator(
             }
         }
         let mut aligned = Aligned::Wait;
+        // (After the commands taken above.)
         gots.extend(events.drain(..).map(|(f, e)| Got::Gate(f, e)));
         gots.extend(got_command);
         for got in gots.drain(..) {
@@ -951,6 +1017,10 @@ fn run_operator(
                         // (A writer's copy of the final checkpoint's in-band barrier is
                         // ignored: that checkpoint stays aligned.)
                         GateEvent::Priority(id, upto) => {
+                            barrier_trace(format_args!(
+                                "op {} prio {id} ch {flat} upto {upto}",
+                                ck.spec.index
+                            ));
                             if mode == crate::CheckpointMode::Unaligned
                                 || !final_or_told(&commands, &mut final_checkpoint, ck, id)?
                             {
@@ -1053,8 +1123,9 @@ fn run_operator(
             unaligned.drain(&inputs)?;
             unaligned.finish_if_done(ck, &inputs, &head_operator, tracker.current())?;
         }
+        // A tick may flush the chain's buffers: not while the output has no room.
         let now = now_ms();
-        if now != last_tick {
+        if now != last_tick && weir_core::exchange::output_available() {
             last_tick = now;
             target.send(Control::Tick(now))?;
             ck.measure_state(job, false);

@@ -247,6 +247,14 @@ impl ChannelBudget {
         Ok(waited)
     }
 
+    /// The writer puts `n` records on the channel without waiting, even at or over its
+    /// limit: an overdraft, for the records held at an unaligned barrier, which the
+    /// consumer needs before its channel state is complete.
+    pub fn acquire_overdraft(&self, n: usize) {
+        let now = self.queued.fetch_add(n as u64, Ordering::SeqCst) + n as u64;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+    }
+
     fn wait_for_room(&self) -> Result<Duration, BudgetClosed> {
         let started = Instant::now();
         let mut guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());

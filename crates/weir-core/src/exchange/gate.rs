@@ -126,7 +126,9 @@ pub(super) struct TypedGate<T> {
     pub(super) captures: Vec<RefCell<Option<Capture>>>,
 }
 
-pub(super) type Pending<T> = (u64, bool, Msg<T>);
+/// A message taken and not delivered yet: its number, whether it is kept as channel state
+/// already, the message, and the records of it not yet reported to the channel's budget.
+pub(super) type Pending<T> = (u64, bool, Msg<T>, usize);
 
 impl<T: Data> TypedGate<T> {
     /// Counts a message taken from channel `ch`; returns its number.
@@ -136,39 +138,83 @@ impl<T: Data> TypedGate<T> {
         index
     }
 
-    /// Keeps message `index` of channel `ch` as channel state if its capture wants it.
-    fn keep(&self, ch: usize, index: u64, msg: &Msg<T>) -> Result<()> {
+    /// Keeps message `index` of channel `ch` as channel state if its capture wants it;
+    /// true when it did.
+    fn keep(&self, ch: usize, index: u64, msg: &Msg<T>) -> Result<bool> {
         if let (Some(c), Msg::Batch(batch)) = (self.captures[ch].borrow_mut().as_mut(), msg)
             && c.upto.is_none_or(|u| index <= u)
         {
             c.batches.push((index, crate::codec::encode(batch)?));
+            return Ok(true);
         }
-        Ok(())
+        Ok(false)
+    }
+
+    /// True when the delivery of a batch should stop at the next record: an unaligned
+    /// barrier waits on one of the gate's priority lanes, the task's output has no room
+    /// (see [`super::output_available`]), or a command waits for the task (see
+    /// [`super::pause_delivery_when`]).
+    fn should_pause(&self) -> bool {
+        self.ends.iter().any(|e| !e.priority.is_empty())
+            || !super::output_available()
+            || super::waiting::commands_waiting()
     }
 
     fn process(&self, ch: usize, index: u64, kept: bool, msg: Msg<T>) -> Result<GateEvent> {
-        if !kept {
-            self.keep(ch, index, &msg)?;
-        }
+        let kept = kept || self.keep(ch, index, &msg)?;
         Ok(match msg {
-            Msg::Batch(batch) => {
-                let n = batch.len();
-                if let Some(bytes) = &self.bytes {
-                    let size: usize = batch.iter().map(|(v, ts)| record_size(v, *ts)).sum();
-                    bytes.fetch_add(size as u64, std::sync::atomic::Ordering::Relaxed);
-                }
-                let mut input = self.input.borrow_mut();
-                for (v, ts) in batch {
-                    input.record(v, ts)?;
-                }
-                GateEvent::Records(n)
-            }
+            Msg::Batch(batch) => self.deliver(ch, index, kept, batch)?,
             Msg::Watermark(w) => GateEvent::Watermark(w),
             Msg::Idle(i) => GateEvent::Idle(i),
             Msg::End => GateEvent::End,
             Msg::Barrier(id) => GateEvent::Barrier(id),
             Msg::LatencyMarker(m) => GateEvent::LatencyMarker(m),
         })
+    }
+}
+
+/// Records delivered between two checks of [`TypedGate::should_pause`].
+const PAUSE_CHECK_EVERY: usize = 64;
+
+impl<T: Data> TypedGate<T> {
+    /// Delivers the records of message `index` of channel `ch` to the operator input. It
+    /// stops early when [`TypedGate::should_pause`] (checked every
+    /// [`PAUSE_CHECK_EVERY`] records): the records not delivered go back in front of the
+    /// channel's pending messages, as the rest of the same message (`kept`: the whole
+    /// message is channel state of the running capture already). A barrier then taken
+    /// counts them as before it (the message was before it), so a snapshot taken between
+    /// two records of a batch is consistent: what was delivered is in the operators'
+    /// state, the rest in the channel state.
+    fn deliver(
+        &self,
+        ch: usize,
+        index: u64,
+        kept: bool,
+        batch: Vec<(T, Timestamp)>,
+    ) -> Result<GateEvent> {
+        let n = batch.len();
+        let mut input = self.input.borrow_mut();
+        let mut records = batch.into_iter();
+        let mut delivered = 0;
+        let mut size = 0;
+        while let Some((v, ts)) = records.next() {
+            if self.bytes.is_some() {
+                size += record_size(&v, ts);
+            }
+            input.record(v, ts)?;
+            delivered += 1;
+            if delivered % PAUSE_CHECK_EVERY == 0 && delivered < n && self.should_pause() {
+                let rest: Vec<_> = records.collect();
+                self.pending[ch]
+                    .borrow_mut()
+                    .push_front((index, kept, Msg::Batch(rest), 0));
+                break;
+            }
+        }
+        if let Some(bytes) = &self.bytes {
+            bytes.fetch_add(size as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(GateEvent::Records(delivered))
     }
 }
 
@@ -195,7 +241,9 @@ impl<T: Data> InputGate for TypedGate<T> {
         // A barrier put on the priority lane before this message was written is visible
         // now: it goes first, so no record after it is taken before it is known.
         if let Some(p) = self.poll_priority(ch) {
-            self.pending[ch].borrow_mut().push_back((index, false, msg));
+            self.pending[ch]
+                .borrow_mut()
+                .push_back((index, false, msg, 0));
             return Ok(p);
         }
         self.process(ch, index, false, msg)
@@ -217,8 +265,13 @@ impl<T: Data> InputGate for TypedGate<T> {
 
     fn resume(&self, ch: usize) -> Result<Option<GateEvent>> {
         let next = self.pending[ch].borrow_mut().pop_front();
-        next.map(|(i, kept, m)| self.process(ch, i, kept, m))
-            .transpose()
+        next.map(|(i, kept, m, owed)| {
+            if owed > 0 {
+                self.ends[ch].budget.consumed(owed);
+            }
+            self.process(ch, i, kept, m)
+        })
+        .transpose()
     }
 
     fn control(&self, event: Control) -> Result<()> {
@@ -243,7 +296,7 @@ impl<T: Data> InputGate for TypedGate<T> {
         }
         // Taken but not delivered yet: in flight, so state (a fresh capture keeps again
         // what an earlier checkpoint's kept).
-        for (i, kept, msg) in self.pending[ch].borrow_mut().iter_mut() {
+        for (i, kept, msg, _) in self.pending[ch].borrow_mut().iter_mut() {
             if fresh || !*kept {
                 self.keep(ch, *i, msg)?;
                 *kept = true;
@@ -280,7 +333,10 @@ impl<T: Data> InputGate for TypedGate<T> {
             let Ok(msg) = self.ends[ch].data.try_recv() else {
                 return Ok(());
             };
-            self.ends[ch].budget.consumed(super::batch_len(&msg));
+            // Its records stay in flight, in this end's queue, until they are delivered:
+            // the budget learns of them then (counted now, every checkpoint's drain would
+            // look like a burst of throughput and raise the channel's limit).
+            let owed = super::batch_len(&msg);
             let index = self.take(ch);
             if let Msg::Barrier(id) = &msg
                 && let Some(c) = self.captures[ch].borrow_mut().as_mut()
@@ -290,7 +346,9 @@ impl<T: Data> InputGate for TypedGate<T> {
                 c.upto = Some(index);
             }
             self.keep(ch, index, &msg)?;
-            self.pending[ch].borrow_mut().push_back((index, true, msg));
+            self.pending[ch]
+                .borrow_mut()
+                .push_back((index, true, msg, owed));
         }
     }
 

@@ -236,6 +236,7 @@ pub(super) fn run_attempt(
         while let Some(action) = queue.pop_front() {
             match action {
                 Action::Trigger { id, sources, kind } => {
+                    crate::task::barrier_trace(format_args!("coordinator trigger {id}"));
                     let span = tracing::info_span!("checkpoint", id = id.0, kind = %kind);
                     span.in_scope(|| {
                         tracing::debug!(job = name, "job '{name}': {} {id} triggered", noun(kind))

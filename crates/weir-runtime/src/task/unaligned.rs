@@ -62,6 +62,11 @@ impl Unaligned {
     ) -> Result<()> {
         self.cancel(inputs);
         let (snapshot, sync) = ck.take_snapshot(id, Some(watermark))?;
+        super::barrier_trace(format_args!(
+            "op {} unaligned snapshot {id} sync {}us",
+            ck.spec.index,
+            sync.as_micros()
+        ));
         let mut done = vec![false; inputs.channels.len()];
         for (flat, &(g, c)) in inputs.channels.iter().enumerate() {
             done[flat] = inputs.ended[flat] || arrived[flat];
