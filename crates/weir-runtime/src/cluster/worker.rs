@@ -612,19 +612,35 @@ fn start_attempt(
     };
     let mut restore_dir = None;
     let mut map = crate::checkpoints::RestoreMap::new();
+    let mut restored_from = None;
     if let Some(path) = &d.restore {
         let dir = crate::job::restore_scratch_dir();
         restore_dir = Some(dir.clone());
         let restored = tracing::info_span!("restore", path = %path.display())
-            .in_scope(|| restore(job, path, &dir));
+            .in_scope(|| restore(job, path, &dir, &operators_of(job, &local)));
         match restored {
-            Ok(m) => map = m,
+            Ok((m, manifest)) => {
+                map = m;
+                restored_from = Some(manifest);
+            }
             Err(e) => {
                 fail(&e);
                 let mut a = WorkerAttempt::idle(attempt);
                 a.restore_dir = restore_dir;
                 return a;
             }
+        }
+    }
+    // The files each task was restored with are in checkpoint storage already: its first
+    // acknowledgement leaves out those it still uses (a savepoint's are its own copies).
+    let sent: Arc<Mutex<SentFiles>> = Arc::default();
+    if restored_from
+        .as_ref()
+        .is_some_and(|m| !m.kind.is_savepoint())
+    {
+        let mut sent = sent.lock().unwrap_or_else(|p| p.into_inner());
+        for (task, names) in restored_files(job, &map, &local) {
+            sent.restored(task, names);
         }
     }
     let built_out = out.clone();
@@ -717,7 +733,7 @@ fn start_attempt(
     }
     // With checkpoints on object storage this worker stores its tasks' files itself and
     // acknowledges with references; otherwise it sends them to the coordinator.
-    let task_storage = match task_storage(job) {
+    let task_storage = match task_storage(job, restored_from.as_ref()) {
         Ok(s) => s,
         Err(e) => {
             cancel.store(true, Ordering::SeqCst);
@@ -729,7 +745,6 @@ fn start_attempt(
     let events = launched.events;
     let out = out.clone();
     let stats = stats.clone();
-    let sent: Arc<Mutex<SentFiles>> = Arc::default();
     let sent_files = sent.clone();
     let forwarder = std::thread::Builder::new()
         .name("weir-worker-events".into())
@@ -813,11 +828,52 @@ fn start_attempt(
     }
 }
 
+/// The (node, subtask) pairs of every operator of this worker's tasks `local` ((chain
+/// head, subtask) pairs).
+fn operators_of(job: &JobShared, local: &HashSet<(usize, usize)>) -> HashSet<(usize, usize)> {
+    (0..job.graph.nodes.len())
+        .flat_map(|node| {
+            let head = job.plan.head_of[node];
+            (0..job.plan.parallelism[node])
+                .filter(move |s| local.contains(&(head, *s)))
+                .map(move |s| (node, s))
+        })
+        .collect()
+}
+
+/// The shared files each task of `local` was restored with (their storage names), by task.
+fn restored_files(
+    job: &JobShared,
+    map: &crate::checkpoints::RestoreMap,
+    local: &HashSet<(usize, usize)>,
+) -> HashMap<(usize, usize), Vec<String>> {
+    let mut out: HashMap<(usize, usize), Vec<String>> = HashMap::new();
+    for (node, states) in map {
+        let head = job.plan.head_of[*node];
+        for (s, r) in states.iter().enumerate() {
+            if !local.contains(&(head, s)) {
+                continue;
+            }
+            let names = r
+                .backend
+                .iter()
+                .flat_map(|i| &i.files)
+                .filter(|f| f.shared)
+                .map(|f| f.name.clone());
+            out.entry((head, s)).or_default().extend(names);
+        }
+    }
+    out
+}
+
 /// The checkpoint storage this worker stores its tasks' files in, when the job's
 /// checkpoints are on object storage (with the operators' names for the file names); `None`
-/// in a directory, whose files go to the coordinator's staging area.
+/// in a directory, whose files go to the coordinator's staging area. When the attempt
+/// restored checkpoint `restored`, that storage knows its files are stored: the first
+/// checkpoint uploads only what changed since.
 fn task_storage(
     job: &JobShared,
+    restored: Option<&weir_checkpoint::Manifest>,
 ) -> Result<
     Option<(
         weir_checkpoint::CheckpointStorage,
@@ -837,6 +893,9 @@ fn task_storage(
             cfg.dir.display()
         ))
     })?;
+    if let Some(m) = restored {
+        storage.remember_restored(m);
+    }
     let names = crate::checkpoints::OperatorNames::new(&job.graph, &job.plan);
     Ok(Some((storage, names)))
 }
@@ -890,12 +949,15 @@ fn send_event(
     }));
 }
 
-/// Loads the state of checkpoint `path` for this job, from the storage every process sees.
+/// Loads the state of checkpoint `path` for this job, from the storage every process sees:
+/// the backends' files only of the old instances that the operators' subtasks `runs`
+/// ((node, subtask) pairs) of this worker need. Returns the checkpoint's manifest too.
 fn restore(
     job: &JobShared,
     path: &std::path::Path,
     local: &std::path::Path,
-) -> Result<crate::checkpoints::RestoreMap> {
+    runs: &HashSet<(usize, usize)>,
+) -> Result<(crate::checkpoints::RestoreMap, weir_checkpoint::Manifest)> {
     let cfg = job.cfg.checkpoint.as_ref().ok_or_else(|| {
         Error::Config(
             "the coordinator restores a checkpoint but this worker has no checkpoint configuration"
@@ -915,7 +977,7 @@ fn restore(
             path.display()
         ))
     })?;
-    crate::checkpoints::restore_map(
+    let map = crate::checkpoints::restore_map(
         &storage,
         &manifest,
         path,
@@ -924,5 +986,7 @@ fn restore(
         job.cfg.max_parallelism,
         local,
         job.cfg.state_backend.local_recovery(),
-    )
+        Some(runs),
+    )?;
+    Ok((map, manifest))
 }
