@@ -1,0 +1,242 @@
+//! Restoring a cluster's RocksDB state: `file_sum` as a coordinator and two workers, each
+//! with its own temporary directory (where its RocksDB instances and its restore directory
+//! are). After a restore each worker has brought back only the old instances of its own
+//! subtasks (with every byte of their files), not those of the other worker's; the first
+//! checkpoint after the restore stores only what changed since the restored one; and the
+//! committed output holds every key's prefix sums exactly once.
+
+use super::cluster::{Cluster, expect_success, read, wait_checkpoint_after, wait_log};
+use crate::harness::{Scenario, latest_checkpoint, wait_for};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::Duration;
+use weir_checkpoint::{CheckpointStorage, Manifest};
+
+/// Starts a worker of 2 slots whose temporary directory is `tmp`.
+fn worker_in(cl: &mut Cluster<'_>, tmp: &Path) -> (Child, PathBuf) {
+    std::fs::create_dir_all(tmp).expect("worker temp dir");
+    cl.env = vec![("TMPDIR".into(), tmp.display().to_string())];
+    let w = cl.worker(2);
+    cl.env.clear();
+    w
+}
+
+/// The instances (`op<node>-<subtask>`) whose RocksDB databases a worker runs now.
+fn running(tmp: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(tmp.join("weir-rocksdb"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().join("db").is_dir())
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let mut parts = name.splitn(3, '-');
+                    Some(format!("{}-{}", parts.next()?, parts.next()?))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The old instances a worker brought back for its restore (the directories of its one
+/// restore directory), with the bytes of their files.
+fn restored(tmp: &Path) -> BTreeMap<String, u64> {
+    let dirs: Vec<PathBuf> = std::fs::read_dir(tmp)
+        .expect("worker temp dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("weir-restore-"))
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "one restore directory in {}", tmp.display());
+    std::fs::read_dir(&dirs[0])
+        .expect("restore dir")
+        .flatten()
+        .map(|inst| {
+            let bytes = std::fs::read_dir(inst.path())
+                .expect("instance dir")
+                .flatten()
+                .map(|f| f.metadata().expect("file size").len())
+                .sum();
+            (inst.file_name().to_string_lossy().into_owned(), bytes)
+        })
+        .collect()
+}
+
+/// The RocksDB instances of checkpoint `m` (`op<node>-<subtask>`, from each subtask's
+/// state file name) with the bytes of their files.
+fn instances_of(m: &Manifest) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for st in m.operators.iter().flat_map(|o| &o.subtasks) {
+        let Some(state) = st.files.iter().find(|f| f.name.ends_with(".state")) else {
+            continue;
+        };
+        let bytes: u64 = st
+            .files
+            .iter()
+            .filter(|f| !f.name.ends_with(".state"))
+            .map(|f| f.size)
+            .sum();
+        if bytes > 0 {
+            out.insert(state.name.trim_end_matches(".state").to_string(), bytes);
+        }
+    }
+    out
+}
+
+/// The checkpoint id of the coordinator's (last) "resuming from checkpoint N" line.
+fn resumed_from(coord_log: &Path) -> u64 {
+    let log = read(coord_log);
+    log.lines()
+        .rev()
+        .find_map(|l| l.split("resuming from checkpoint ").nth(1))
+        .and_then(|rest| rest.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no resume line in the coordinator's log:\n{log}"))
+}
+
+/// While the restored attempt runs: each worker restored exactly the instances it runs, with
+/// all their bytes, and the two together restored every instance of the checkpoint once.
+/// Then the first checkpoint after the restore stores only what changed since. Returns the
+/// restored checkpoint's id.
+fn check_restore(s: &Scenario, coord_log: &Path, workers: &[&Path]) -> u64 {
+    wait_log(coord_log, "resuming from checkpoint", 1);
+    let from = resumed_from(coord_log);
+    // The first checkpoint of the restored attempt: the restore is done, its files stay.
+    wait_checkpoint_after(s, from);
+    let storage = CheckpointStorage::open(&s.checkpoints).expect("checkpoint storage");
+    let load = |id: u64| {
+        storage
+            .load(s.checkpoints.join(format!("chk-{id:020}")))
+            .expect("a complete checkpoint")
+    };
+    let old = load(from);
+    let all = instances_of(&old);
+    assert_eq!(all.len(), 4, "four RocksDB instances in {all:?}");
+    let mut seen = BTreeMap::new();
+    for tmp in workers {
+        let mut own = BTreeSet::new();
+        wait_for(
+            "the worker's RocksDB instances",
+            Duration::from_secs(60),
+            || {
+                own = running(tmp)
+                    .into_iter()
+                    .filter(|i| all.contains_key(i))
+                    .collect();
+                own.len() == 2
+            },
+        );
+        let got = restored(tmp);
+        let want: BTreeMap<String, u64> = own.iter().map(|i| (i.clone(), all[i])).collect();
+        assert_eq!(
+            got,
+            want,
+            "{} restored other instances than its own",
+            tmp.display()
+        );
+        seen.extend(got);
+    }
+    assert_eq!(
+        seen, all,
+        "together the workers restored every instance once"
+    );
+
+    // The first complete checkpoint after the restored one was taken after the restore
+    // (any between them had not completed when the coordinator chose it).
+    let next = (from + 1..=latest_checkpoint(&s.checkpoints).expect("a checkpoint"))
+        .find(|id| {
+            s.checkpoints
+                .join(format!("chk-{id:020}"))
+                .join("_metadata")
+                .exists()
+        })
+        .expect("a checkpoint after the restored one");
+    let next = load(next);
+    let before: BTreeSet<&str> = old
+        .files()
+        .filter(|f| f.shared)
+        .map(|f| f.name.as_str())
+        .collect();
+    let kept: u64 = next
+        .files()
+        .filter(|f| f.shared && before.contains(f.name.as_str()))
+        .map(|f| f.size)
+        .sum();
+    assert!(
+        kept > 0,
+        "the checkpoint after the restore shares no file with the restored one"
+    );
+    let new: u64 = next
+        .files()
+        .filter(|f| !(f.shared && before.contains(f.name.as_str())))
+        .map(|f| f.size)
+        .sum();
+    assert_eq!(
+        next.stats.bytes, new,
+        "checkpoint {} after restoring {from} stores exactly its new files",
+        next.checkpoint_id
+    );
+    assert_eq!(next.stats.full_bytes, new + kept);
+    from
+}
+
+#[test]
+fn after_a_coordinator_restart_each_worker_restores_only_its_own_instances() {
+    let s = Scenario::new(40_000, 2_000, 71);
+    let mut cl = Cluster::new(&s);
+    cl.workers = 2;
+    // About 20 s of input: the restored attempt runs long enough to be looked at.
+    cl.max_rate = 2_000;
+    let (mut coord, coord_log) = cl.coordinator();
+    let tmp: Vec<PathBuf> = (1..=2)
+        .map(|i| s._dir.path().join(format!("tmp-{i}")))
+        .collect();
+    let mut workers = Vec::new();
+    for (i, dir) in tmp.iter().enumerate() {
+        workers.push(worker_in(&mut cl, dir));
+        wait_log(&coord_log, &format!("worker {} joined", i + 1), 1);
+    }
+    wait_checkpoint_after(&s, 2);
+    coord.kill().expect("SIGKILL the coordinator");
+    coord.wait().expect("reap the coordinator");
+    for (_, log) in &workers {
+        wait_log(log, "reconnecting", 1);
+    }
+    // A new coordinator knows nothing of the files the old one stored.
+    let (mut coord, coord_log) = cl.coordinator();
+    let dirs: Vec<&Path> = tmp.iter().map(PathBuf::as_path).collect();
+    check_restore(&s, &coord_log, &dirs);
+    expect_success(&mut coord, &coord_log, "the restarted coordinator");
+    for (mut w, log) in workers {
+        expect_success(&mut w, &log, "a worker");
+    }
+    s.check();
+}
+
+#[test]
+fn after_a_worker_is_replaced_each_worker_restores_only_its_own_instances() {
+    let s = Scenario::new(40_000, 2_000, 72);
+    let mut cl = Cluster::new(&s);
+    cl.workers = 2;
+    cl.max_rate = 2_000;
+    let (mut coord, coord_log) = cl.coordinator();
+    let tmp: Vec<PathBuf> = (1..=3)
+        .map(|i| s._dir.path().join(format!("tmp-{i}")))
+        .collect();
+    let mut workers = Vec::new();
+    for (i, dir) in tmp[..2].iter().enumerate() {
+        workers.push(worker_in(&mut cl, dir));
+        wait_log(&coord_log, &format!("worker {} joined", i + 1), 1);
+    }
+    wait_checkpoint_after(&s, 2);
+    let (mut victim, _) = workers.remove(1);
+    victim.kill().expect("SIGKILL a worker");
+    victim.wait().expect("reap the worker");
+    wait_log(&coord_log, "worker 2 (", 1);
+    workers.push(worker_in(&mut cl, &tmp[2]));
+    check_restore(&s, &coord_log, &[&tmp[0], &tmp[2]]);
+    expect_success(&mut coord, &coord_log, "the coordinator");
+    for (mut w, log) in workers {
+        expect_success(&mut w, &log, "a worker");
+    }
+    s.check();
+}
