@@ -966,7 +966,10 @@ fn restore(
     })?;
     let storage = weir_checkpoint::CheckpointStorage::open(&cfg.dir)
         .map_err(|e| Error::Config(e.to_string()))?;
-    let manifest = storage.load(path).map_err(|e| {
+    // The coordinator verified every file's checksum when it chose this checkpoint; fetching
+    // verifies what it copies or downloads. Reading every file again here, on every worker,
+    // made a cluster's restore time grow with the whole state.
+    let manifest = storage.load_unread(path).map_err(|e| {
         let hint = if storage.is_remote() {
             "does every process have the same object storage settings (AWS_* environment)?"
         } else {
