@@ -578,13 +578,8 @@ pub(crate) fn restore_map(
             fetched_instances = fetched.fetched,
             fetched_files = fetched.files,
             fetched_bytes = fetched.bytes,
-            "restored the state backends' files of old subtasks [{}]: {} from local copies, \
-             {} fetched ({} files, {} bytes)",
-            names.join(", "),
-            fetched.local,
-            fetched.fetched,
-            fetched.files,
-            fetched.bytes
+            old_subtasks = %names.join(", "),
+            "restored the state backends' files"
         );
     }
     for (node, inst) in instances {
