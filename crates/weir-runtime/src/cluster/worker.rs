@@ -6,6 +6,7 @@ use super::mono_us;
 use super::sent::{SentFiles, ack_files};
 use super::transport::{Reader, Writer};
 use super::wire::{self, Body, Deploy, Wire, WireError, WireEvent};
+use super::worker_restore::{operators_of, restore, restored_files};
 use crate::job::{Commands, Subset};
 use crate::task::{JobShared, StartGate, TaskCommand, TaskEvent};
 use crate::{JobResult, TaskStats};
@@ -828,44 +829,6 @@ fn start_attempt(
     }
 }
 
-/// The (node, subtask) pairs of every operator of this worker's tasks `local` ((chain
-/// head, subtask) pairs).
-fn operators_of(job: &JobShared, local: &HashSet<(usize, usize)>) -> HashSet<(usize, usize)> {
-    (0..job.graph.nodes.len())
-        .flat_map(|node| {
-            let head = job.plan.head_of[node];
-            (0..job.plan.parallelism[node])
-                .filter(move |s| local.contains(&(head, *s)))
-                .map(move |s| (node, s))
-        })
-        .collect()
-}
-
-/// The shared files each task of `local` was restored with (their storage names), by task.
-fn restored_files(
-    job: &JobShared,
-    map: &crate::checkpoints::RestoreMap,
-    local: &HashSet<(usize, usize)>,
-) -> HashMap<(usize, usize), Vec<String>> {
-    let mut out: HashMap<(usize, usize), Vec<String>> = HashMap::new();
-    for (node, states) in map {
-        let head = job.plan.head_of[*node];
-        for (s, r) in states.iter().enumerate() {
-            if !local.contains(&(head, s)) {
-                continue;
-            }
-            let names = r
-                .backend
-                .iter()
-                .flat_map(|i| &i.files)
-                .filter(|f| f.shared)
-                .map(|f| f.name.clone());
-            out.entry((head, s)).or_default().extend(names);
-        }
-    }
-    out
-}
-
 /// The checkpoint storage this worker stores its tasks' files in, when the job's
 /// checkpoints are on object storage (with the operators' names for the file names); `None`
 /// in a directory, whose files go to the coordinator's staging area. When the attempt
@@ -947,49 +910,4 @@ fn send_event(
         subtask: subtask as u32,
         event,
     }));
-}
-
-/// Loads the state of checkpoint `path` for this job, from the storage every process sees:
-/// the backends' files only of the old instances that the operators' subtasks `runs`
-/// ((node, subtask) pairs) of this worker need. Returns the checkpoint's manifest too.
-fn restore(
-    job: &JobShared,
-    path: &std::path::Path,
-    local: &std::path::Path,
-    runs: &HashSet<(usize, usize)>,
-) -> Result<(crate::checkpoints::RestoreMap, weir_checkpoint::Manifest)> {
-    let cfg = job.cfg.checkpoint.as_ref().ok_or_else(|| {
-        Error::Config(
-            "the coordinator restores a checkpoint but this worker has no checkpoint configuration"
-                .into(),
-        )
-    })?;
-    let storage = weir_checkpoint::CheckpointStorage::open(&cfg.dir)
-        .map_err(|e| Error::Config(e.to_string()))?;
-    // The coordinator verified every file's checksum when it chose this checkpoint; fetching
-    // verifies what it copies or downloads. Reading every file again here, on every worker,
-    // made a cluster's restore time grow with the whole state.
-    let manifest = storage.load_unread(path).map_err(|e| {
-        let hint = if storage.is_remote() {
-            "does every process have the same object storage settings (AWS_* environment)?"
-        } else {
-            "is the checkpoint directory shared by every process?"
-        };
-        Error::Config(format!(
-            "this worker cannot read checkpoint {}: {e}; {hint}",
-            path.display()
-        ))
-    })?;
-    let map = crate::checkpoints::restore_map(
-        &storage,
-        &manifest,
-        path,
-        &job.graph,
-        &job.plan,
-        job.cfg.max_parallelism,
-        local,
-        job.cfg.state_backend.local_recovery(),
-        Some(runs),
-    )?;
-    Ok((map, manifest))
 }
