@@ -1,7 +1,8 @@
 //! Restoring a cluster's RocksDB state: `file_sum` as a coordinator and two workers, each
 //! with its own temporary directory (where its RocksDB instances and its restore directory
 //! are). After a restore each worker has brought back only the old instances of its own
-//! subtasks (with every byte of their files), not those of the other worker's; the first
+//! subtasks (with every byte of their files), not those of the other worker's, and after a
+//! rescale from 4 to 3 only those whose key groups overlap its subtasks'; the first
 //! checkpoint after the restore stores only what changed since the restored one; and the
 //! committed output holds every key's prefix sums exactly once.
 
@@ -93,11 +94,17 @@ fn resumed_from(coord_log: &Path) -> u64 {
         .unwrap_or_else(|| panic!("no resume line in the coordinator's log:\n{log}"))
 }
 
-/// While the restored attempt runs: each worker restored exactly the instances it runs, with
-/// all their bytes, and the two together restored every instance of the checkpoint once.
-/// Then the first checkpoint after the restore stores only what changed since. Returns the
+/// The key groups of subtask `s` of `p` (of `max`), as weir assigns them.
+fn key_groups(s: usize, max: usize, p: usize) -> std::ops::Range<usize> {
+    (s * max).div_ceil(p)..((s + 1) * max).div_ceil(p)
+}
+
+/// While the restored attempt runs at parallelism `p`: each worker restored exactly the old
+/// instances whose key groups overlap those of the subtasks it runs (its own, without a
+/// rescale), with all their bytes, and together they restored every instance. Then the
+/// first checkpoint after the restore stores only what changed since. Returns the
 /// restored checkpoint's id.
-fn check_restore(s: &Scenario, coord_log: &Path, workers: &[&Path]) -> u64 {
+fn check_restore(s: &Scenario, coord_log: &Path, workers: &[&Path], p: usize) -> u64 {
     wait_log(coord_log, "resuming from checkpoint", 1);
     let from = resumed_from(coord_log);
     // The first checkpoint of the restored attempt: the restore is done, its files stay.
@@ -111,34 +118,63 @@ fn check_restore(s: &Scenario, coord_log: &Path, workers: &[&Path]) -> u64 {
     let old = load(from);
     let all = instances_of(&old);
     assert_eq!(all.len(), 4, "four RocksDB instances in {all:?}");
+    let node = all
+        .keys()
+        .next()
+        .unwrap()
+        .split('-')
+        .next()
+        .unwrap()
+        .to_string();
+    let subtask = |i: &str| -> usize { i.rsplit('-').next().unwrap().parse().unwrap() };
+    let max = old.max_parallelism;
+    let mut running_now: Vec<BTreeSet<String>> = Vec::new();
+    wait_for(
+        "the workers' RocksDB instances",
+        Duration::from_secs(60),
+        || {
+            running_now = workers
+                .iter()
+                .map(|tmp| {
+                    running(tmp)
+                        .into_iter()
+                        .filter(|i| i.starts_with(&format!("{node}-")))
+                        .collect()
+                })
+                .collect();
+            running_now.iter().map(BTreeSet::len).sum::<usize>() == p
+        },
+    );
     let mut seen = BTreeMap::new();
-    for tmp in workers {
-        let mut own = BTreeSet::new();
-        wait_for(
-            "the worker's RocksDB instances",
-            Duration::from_secs(60),
-            || {
-                own = running(tmp)
-                    .into_iter()
-                    .filter(|i| all.contains_key(i))
-                    .collect();
-                own.len() == 2
-            },
-        );
+    // At least one worker needs only part of the state (else nothing would be checked).
+    let mut partial = false;
+    for (tmp, own) in workers.iter().zip(&running_now) {
         let got = restored(tmp);
-        let want: BTreeMap<String, u64> = own.iter().map(|i| (i.clone(), all[i])).collect();
+        let want: BTreeMap<String, u64> = all
+            .iter()
+            .filter(|(old, _)| {
+                let had = key_groups(subtask(old), max, 4);
+                own.iter().any(|i| {
+                    let has = key_groups(subtask(i), max, p);
+                    had.start < has.end && has.start < had.end
+                })
+            })
+            .map(|(i, b)| (i.clone(), *b))
+            .collect();
+        partial |= want.len() < all.len();
         assert_eq!(
             got,
             want,
-            "{} restored other instances than its own",
+            "{} (running {own:?}) restored other instances than those its subtasks need",
             tmp.display()
         );
         seen.extend(got);
     }
-    assert_eq!(
-        seen, all,
-        "together the workers restored every instance once"
+    assert!(
+        partial,
+        "every worker needs every instance: {running_now:?}"
     );
+    assert_eq!(seen, all, "together the workers restored every instance");
 
     // The first complete checkpoint after the restored one was taken after the restore
     // (any between them had not completed when the coordinator chose it).
@@ -204,7 +240,7 @@ fn after_a_coordinator_restart_each_worker_restores_only_its_own_instances() {
     // A new coordinator knows nothing of the files the old one stored.
     let (mut coord, coord_log) = cl.coordinator();
     let dirs: Vec<&Path> = tmp.iter().map(PathBuf::as_path).collect();
-    check_restore(&s, &coord_log, &dirs);
+    check_restore(&s, &coord_log, &dirs, 4);
     expect_success(&mut coord, &coord_log, "the restarted coordinator");
     for (mut w, log) in workers {
         expect_success(&mut w, &log, "a worker");
@@ -233,8 +269,44 @@ fn after_a_worker_is_replaced_each_worker_restores_only_its_own_instances() {
     victim.wait().expect("reap the worker");
     wait_log(&coord_log, "worker 2 (", 1);
     workers.push(worker_in(&mut cl, &tmp[2]));
-    check_restore(&s, &coord_log, &[&tmp[0], &tmp[2]]);
+    check_restore(&s, &coord_log, &[&tmp[0], &tmp[2]], 4);
     expect_success(&mut coord, &coord_log, "the coordinator");
+    for (mut w, log) in workers {
+        expect_success(&mut w, &log, "a worker");
+    }
+    s.check();
+}
+
+#[test]
+fn after_a_rescale_from_4_to_3_each_worker_restores_only_the_instances_its_subtasks_overlap() {
+    let s = Scenario::new(40_000, 2_000, 73);
+    let mut cl = Cluster::new(&s);
+    cl.workers = 2;
+    cl.max_rate = 2_000;
+    let (mut coord, coord_log) = cl.coordinator();
+    let tmp: Vec<PathBuf> = (1..=4)
+        .map(|i| s._dir.path().join(format!("tmp-{i}")))
+        .collect();
+    let mut workers = Vec::new();
+    for (i, dir) in tmp[..2].iter().enumerate() {
+        workers.push(worker_in(&mut cl, dir));
+        wait_log(&coord_log, &format!("worker {} joined", i + 1), 1);
+    }
+    wait_checkpoint_after(&s, 2);
+    // The whole cluster dies; it is started again at parallelism 3 (workers join only the
+    // job they were started for, so they are new too).
+    for child in std::iter::once(&mut coord).chain(workers.iter_mut().map(|(c, _)| c)) {
+        child.kill().expect("SIGKILL a process");
+        child.wait().expect("reap it");
+    }
+    let (mut coord, coord_log) = cl.coordinator_env(&["--parallelism", "3"], &[]);
+    let mut workers = Vec::new();
+    for (i, dir) in tmp[2..].iter().enumerate() {
+        workers.push(worker_in(&mut cl, dir));
+        wait_log(&coord_log, &format!("worker {} joined", i + 1), 1);
+    }
+    check_restore(&s, &coord_log, &[&tmp[2], &tmp[3]], 3);
+    expect_success(&mut coord, &coord_log, "the restarted coordinator");
     for (mut w, log) in workers {
         expect_success(&mut w, &log, "a worker");
     }
