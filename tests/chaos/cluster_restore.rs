@@ -3,8 +3,9 @@
 //! are). After a restore each worker has brought back only the old instances of its own
 //! subtasks (with every byte of their files), not those of the other worker's, and after a
 //! rescale from 4 to 3 only those whose key groups overlap its subtasks'; the first
-//! checkpoint after the restore stores only what changed since the restored one; and the
-//! committed output holds every key's prefix sums exactly once.
+//! checkpoint after the restore stores only what changed since the restored one (also
+//! when the workers upload to object storage themselves); and the committed output holds
+//! every key's prefix sums exactly once.
 
 use super::cluster::{Cluster, expect_success, read, wait_checkpoint_after, wait_log};
 use crate::harness::{Scenario, latest_checkpoint, wait_for};
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::Duration;
 use weir_checkpoint::{CheckpointStorage, Manifest};
+use weir_tests::s3;
 
 /// Starts a worker of 2 slots whose temporary directory is `tmp`.
 fn worker_in(cl: &mut Cluster<'_>, tmp: &Path) -> (Child, PathBuf) {
@@ -307,6 +309,110 @@ fn after_a_rescale_from_4_to_3_each_worker_restores_only_the_instances_its_subta
     }
     check_restore(&s, &coord_log, &[&tmp[2], &tmp[3]], 3);
     expect_success(&mut coord, &coord_log, "the restarted coordinator");
+    for (mut w, log) in workers {
+        expect_success(&mut w, &log, "a worker");
+    }
+    s.check();
+}
+
+/// The shared files (name, size) and the own bytes of a manifest read as JSON, with its
+/// `stats.bytes` and `stats.full_bytes`.
+fn files_and_stats(m: &serde_json::Value) -> (Vec<(String, u64, bool)>, u64, u64) {
+    let files = m["operators"]
+        .as_array()
+        .expect("operators")
+        .iter()
+        .flat_map(|o| o["subtasks"].as_array().expect("subtasks"))
+        .flat_map(|st| st["files"].as_array().expect("files"))
+        .map(|f| {
+            (
+                f["name"].as_str().expect("name").to_string(),
+                f["size"].as_u64().expect("size"),
+                f["shared"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect();
+    let stat = |k: &str| m["stats"][k].as_u64().expect("a stats figure");
+    (files, stat("bytes"), stat("full_bytes"))
+}
+
+/// With checkpoints on object storage the workers upload their files themselves: after a
+/// worker is replaced, the first checkpoint uploads only the files written since the
+/// restored checkpoint, not the SST files the workers were restored with.
+#[test]
+fn on_object_storage_the_first_checkpoint_after_a_restore_uploads_only_new_files() {
+    use super::object_storage::{complete_on_server, prefix_of};
+    let server = s3::shared();
+    let mut s = Scenario::new(40_000, 2_000, 74);
+    s.checkpoints = PathBuf::from(s3::url("cluster-restore-uploads"));
+    let prefix = prefix_of(&s.checkpoints);
+    let mut cl = Cluster::new(&s);
+    cl.env = server.env();
+    cl.workers = 2;
+    cl.max_rate = 2_000;
+    // A checkpoint a second: retention (3 kept) leaves the restored checkpoint and the next
+    // one on the server for seconds, long enough to read them.
+    let (mut coord, coord_log) = cl.coordinator_env(&["--checkpoint-interval-ms", "1000"], &[]);
+    let mut workers = Vec::new();
+    for i in 1..=2 {
+        workers.push(cl.worker(2));
+        wait_log(&coord_log, &format!("worker {i} joined"), 1);
+    }
+    wait_for(
+        "two checkpoints on the server",
+        Duration::from_secs(60),
+        || complete_on_server(server, &prefix).len() >= 2,
+    );
+    let (mut victim, _) = workers.remove(1);
+    victim.kill().expect("SIGKILL a worker");
+    victim.wait().expect("reap the worker");
+    wait_log(&coord_log, "worker 2 (", 1);
+    workers.push(cl.worker(2));
+    wait_log(&coord_log, "resuming from checkpoint", 1);
+    let from = resumed_from(&coord_log);
+    let manifest = |id: u64| -> Option<serde_json::Value> {
+        let suffix = format!("chk-{id:020}/_metadata");
+        let path = server
+            .files(s3::BUCKET, &prefix)
+            .into_iter()
+            .find(|f| f.ends_with(&suffix))?;
+        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+    };
+    let old = manifest(from).expect("the restored checkpoint on the server");
+    let mut next = None;
+    wait_for(
+        "a checkpoint after the restore",
+        Duration::from_secs(60),
+        || {
+            next = complete_on_server(server, &prefix)
+                .into_iter()
+                .find(|&id| id > from)
+                .and_then(manifest);
+            next.is_some()
+        },
+    );
+    let (old_files, _, _) = files_and_stats(&old);
+    let (files, bytes, full) = files_and_stats(&next.expect("checked"));
+    let before: BTreeSet<&str> = old_files
+        .iter()
+        .filter(|(_, _, shared)| *shared)
+        .map(|(n, _, _)| n.as_str())
+        .collect();
+    let (kept, new): (Vec<_>, Vec<_>) = files
+        .iter()
+        .partition(|(n, _, shared)| *shared && before.contains(n.as_str()));
+    let size = |v: &[&(String, u64, bool)]| v.iter().map(|(_, s, _)| s).sum::<u64>();
+    assert!(
+        size(&kept) > 0,
+        "the checkpoint after the restore shares no file with the restored one"
+    );
+    assert_eq!(
+        bytes,
+        size(&new),
+        "the first checkpoint after restoring {from} uploads exactly its new files"
+    );
+    assert_eq!(full, size(&new) + size(&kept));
+    expect_success(&mut coord, &coord_log, "the coordinator");
     for (mut w, log) in workers {
         expect_success(&mut w, &log, "a worker");
     }
