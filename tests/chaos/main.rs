@@ -12,6 +12,7 @@ mod bounded;
 mod broadcast;
 mod cluster;
 mod cluster_object_storage;
+mod cluster_restore;
 mod cluster_staging;
 mod cluster_tls;
 mod cluster_unaligned;

@@ -3,7 +3,7 @@
 //! per-subtask [`RestoreState`] of a job, at any parallelism.
 
 use crate::plan::Plan;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use weir_checkpoint::{
     CheckpointKind, CheckpointStorage, Manifest, OperatorManifest, SubtaskManifest, TaskKey,
@@ -440,6 +440,9 @@ fn holds_no_state(
     Ok(true)
 }
 
+/// Splits the checkpoint `manifest` at `path` for the job's current parallelism and brings
+/// the state backends' files that the subtasks `runs` ((node, subtask) pairs; `None`: every
+/// subtask, a process running the whole job) need into `local`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn restore_map(
     storage: &CheckpointStorage,
@@ -450,6 +453,7 @@ pub(crate) fn restore_map(
     max_parallelism: usize,
     local: &Path,
     local_recovery: bool,
+    runs: Option<&HashSet<(usize, usize)>>,
 ) -> Result<RestoreMap> {
     if manifest.max_parallelism != max_parallelism {
         return Err(Error::Config(format!(
@@ -566,7 +570,13 @@ pub(crate) fn restore_map(
         }
         out.insert(node.id.0, per_subtask);
     }
-    // The backends' files: every old instance's, several files at once.
+    // The backends' files: those of the old instances this process's subtasks need,
+    // several files at once.
+    let instances = backend_files::needed_by(instances, runs, &plan.parallelism, max_parallelism);
+    let names: Vec<String> = instances
+        .iter()
+        .map(|i| format!("{} {}", graph.nodes[i.node].operator_id(), i.subtask))
+        .collect();
     let (instances, fetched) =
         backend_files::fetch(storage, path, instances, local, local_recovery)?;
     if fetched != backend_files::Fetched::default() {
@@ -574,6 +584,8 @@ pub(crate) fn restore_map(
             local_copies = fetched.local,
             fetched_instances = fetched.fetched,
             fetched_files = fetched.files,
+            fetched_bytes = fetched.bytes,
+            old_subtasks = %names.join(", "),
             "restored the state backends' files"
         );
     }

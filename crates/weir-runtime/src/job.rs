@@ -527,6 +527,7 @@ impl Executor for LocalExecutor {
                 job.cfg.max_parallelism,
                 &local,
                 job.cfg.state_backend.local_recovery(),
+                None,
             );
             self.restore_dir = Some(local);
             map = r?;

@@ -48,12 +48,7 @@ impl CheckpointStorage {
             return remote::fetch_file(checkpoint.as_ref(), entry, target);
         }
         let dir = layout::resolve(checkpoint.as_ref())?;
-        layout::validate_file_name(&entry.name)?;
-        let source = if entry.shared {
-            layout::shared_dir_of(&dir).join(&entry.name)
-        } else {
-            dir.join(&entry.name)
-        };
+        let source = file_in(&dir, entry)?;
         let corrupt = |problem| Error::Corrupt {
             checkpoint: dir.clone(),
             file: source.clone(),
@@ -100,6 +95,35 @@ impl CheckpointStorage {
         Err(corrupt(problem))
     }
 
+    /// Where file `entry` of the checkpoint at `checkpoint` (any form
+    /// [`load`](Self::load) accepts) lies when the checkpoint is in a directory: in the
+    /// checkpoint's own directory, or in `shared/` beside it. `None` on object storage.
+    ///
+    /// ```
+    /// use weir_checkpoint::{CheckpointKind, CheckpointStorage, Manifest};
+    /// let tmp = tempfile::tempdir()?;
+    /// let storage = CheckpointStorage::open(tmp.path().join("checkpoints"))?;
+    /// let id = storage.next_id()?;
+    /// let writer = storage.begin(id, CheckpointKind::Checkpoint)?;
+    /// let entry = writer.write_shared("000012.sst", b"immutable contents")?;
+    /// let path = writer.finish(Manifest::new("job", id, CheckpointKind::Checkpoint, 128))?;
+    /// let file = storage.file_path(&path, &entry)?.expect("a directory");
+    /// assert_eq!(file, tmp.path().join("checkpoints").join("shared").join("000012.sst"));
+    /// assert_eq!(std::fs::read(&file)?, b"immutable contents");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn file_path(
+        &self,
+        checkpoint: impl AsRef<Path>,
+        entry: &FileEntry,
+    ) -> Result<Option<std::path::PathBuf>> {
+        if remote::is_remote(checkpoint.as_ref()) {
+            return Ok(None);
+        }
+        let dir = layout::resolve(checkpoint.as_ref())?;
+        file_in(&dir, entry).map(Some)
+    }
+
     /// Records that the shared files of `manifest` (a checkpoint this process restores
     /// from) are stored, so that [`CheckpointWriter::reuse_shared`](super::CheckpointWriter::reuse_shared)
     /// hands them out by name: the first checkpoint after a restore stores only the files
@@ -113,6 +137,16 @@ impl CheckpointStorage {
             self.registry.remember_stored(f);
         }
     }
+}
+
+/// Where `entry` of the checkpoint in directory `dir` is.
+fn file_in(dir: &Path, entry: &FileEntry) -> Result<std::path::PathBuf> {
+    layout::validate_file_name(&entry.name)?;
+    Ok(if entry.shared {
+        layout::shared_dir_of(dir).join(&entry.name)
+    } else {
+        dir.join(&entry.name)
+    })
 }
 
 /// Copies `source` to `target` (created or truncated) through a 1 MiB buffer, fsynced when

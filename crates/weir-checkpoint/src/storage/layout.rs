@@ -136,14 +136,13 @@ pub(crate) fn file_crc(path: &Path) -> io::Result<(u64, u32)> {
     Ok((size, hasher.finalize()))
 }
 
-/// Checks that `file` has the expected size and checksum.
-pub(crate) fn verify(checkpoint: &Path, file: &Path, size: u64, crc32: u32) -> Result<()> {
+/// Checks that `file` is there with the expected size (without reading it).
+pub(crate) fn verify_size(checkpoint: &Path, file: &Path, size: u64) -> Result<()> {
     let corrupt = |problem| Error::Corrupt {
         checkpoint: checkpoint.to_path_buf(),
         file: file.to_path_buf(),
         problem,
     };
-    // Cheap size check first: a truncated file needs no checksum.
     let actual_size = match fs::metadata(file) {
         Ok(m) => m.len(),
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(corrupt(FileProblem::Missing)),
@@ -155,6 +154,18 @@ pub(crate) fn verify(checkpoint: &Path, file: &Path, size: u64, crc32: u32) -> R
             actual: actual_size,
         }));
     }
+    Ok(())
+}
+
+/// Checks that `file` has the expected size and checksum.
+pub(crate) fn verify(checkpoint: &Path, file: &Path, size: u64, crc32: u32) -> Result<()> {
+    let corrupt = |problem| Error::Corrupt {
+        checkpoint: checkpoint.to_path_buf(),
+        file: file.to_path_buf(),
+        problem,
+    };
+    // Cheap size check first: a truncated file needs no checksum.
+    verify_size(checkpoint, file, size)?;
     let (actual_size, actual) = file_crc(file).map_err(|e| Error::io("read", file, e))?;
     if actual_size != size {
         return Err(corrupt(FileProblem::Size {

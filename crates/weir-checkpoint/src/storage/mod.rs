@@ -112,6 +112,52 @@ pub struct LoadedCheckpoint {
     pub path: PathBuf,
 }
 
+/// Checksums verified at once by [`CheckpointStorage::load`] (at most; no more than the
+/// machine's cores).
+const VERIFY_THREADS: usize = 4;
+
+/// Verifies the checksum of every file of `files` (of checkpoint `dir`), on up to
+/// [`VERIFY_THREADS`] threads; the first failure in the files' order, if any.
+fn verify_all(dir: &Path, files: &[(PathBuf, &manifest::FileEntry)]) -> Result<()> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(VERIFY_THREADS)
+        .min(files.len());
+    if threads <= 1 {
+        return files
+            .iter()
+            .try_for_each(|(file, f)| layout::verify(dir, file, f.size, f.crc32));
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let errors = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                use std::sync::atomic::Ordering::Relaxed;
+                while !failed.load(Relaxed) {
+                    let i = next.fetch_add(1, Relaxed);
+                    let Some((file, f)) = files.get(i) else { break };
+                    if let Err(e) = layout::verify(dir, file, f.size, f.crc32) {
+                        failed.store(true, Relaxed);
+                        errors
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .push((i, e));
+                    }
+                }
+            });
+        }
+    });
+    let errors = errors
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match errors.into_iter().min_by_key(|(i, _)| *i) {
+        Some((_, e)) => Err(e),
+        None => Ok(()),
+    }
+}
+
 /// A complete checkpoint that failed verification.
 #[derive(Debug)]
 pub struct SkippedCheckpoint {
@@ -357,15 +403,64 @@ impl CheckpointStorage {
         let manifest = Manifest::read(&dir.join(METADATA))?;
         manifest.check(&dir)?;
         let shared = layout::shared_dir_of(&dir);
+        let files: Vec<(PathBuf, &manifest::FileEntry)> = manifest
+            .files()
+            .map(|f| {
+                let file = if f.shared {
+                    shared.join(&f.name)
+                } else {
+                    dir.join(&f.name)
+                };
+                (file, f)
+            })
+            .collect();
+        // Sizes first (a truncated or missing file needs no checksum), then the checksums,
+        // several files at once: reading them is most of a restore's time at large state.
+        for (file, f) in &files {
+            layout::verify_size(&dir, file, f.size)?;
+        }
+        verify_all(&dir, &files)?;
+        tracing::debug!(checkpoint = %manifest.checkpoint_id, files = files.len(), "checkpoint verified");
+        Ok(manifest)
+    }
+
+    /// Like [`load`](Self::load), without reading the files: checks the manifest (its own
+    /// checksum and consistency) and that every file it lists is there with its size, but
+    /// not the files' checksums.
+    ///
+    /// For a process restoring a checkpoint that another process chose and verified with
+    /// [`load`](Self::load) moments before (a cluster worker, after its coordinator): files
+    /// in storage are never changed in place, and [`fetch_file`](Self::fetch_file) verifies
+    /// the checksum of every file it copies or downloads. On object storage
+    /// [`load`](Self::load) checks sizes only anyway.
+    ///
+    /// ```
+    /// use weir_checkpoint::{CheckpointKind, CheckpointStorage, Manifest};
+    /// let tmp = tempfile::tempdir()?;
+    /// let storage = CheckpointStorage::open(tmp.path().join("checkpoints"))?;
+    /// let id = storage.next_id()?;
+    /// let writer = storage.begin(id, CheckpointKind::Checkpoint)?;
+    /// writer.write_shared("000012.sst", b"immutable contents")?;
+    /// let path = writer.finish(Manifest::new("job", id, CheckpointKind::Checkpoint, 128))?;
+    /// assert_eq!(storage.load_unread(&path)?, storage.load(&path)?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn load_unread(&self, path: impl AsRef<Path>) -> Result<Manifest> {
+        if remote::is_remote(path.as_ref()) {
+            return remote::load(path.as_ref());
+        }
+        let dir = layout::resolve(path.as_ref())?;
+        let manifest = Manifest::read(&dir.join(METADATA))?;
+        manifest.check(&dir)?;
+        let shared = layout::shared_dir_of(&dir);
         for f in manifest.files() {
             let file = if f.shared {
                 shared.join(&f.name)
             } else {
                 dir.join(&f.name)
             };
-            layout::verify(&dir, &file, f.size, f.crc32)?;
+            layout::verify_size(&dir, &file, f.size)?;
         }
-        tracing::debug!(checkpoint = %manifest.checkpoint_id, files = manifest.files().count(), "checkpoint verified");
         Ok(manifest)
     }
 

@@ -653,3 +653,72 @@ fn a_reused_shared_file_is_protected_while_its_checkpoint_is_written() {
         .unwrap();
     s.load(&p3).unwrap();
 }
+
+/// Checksums are verified several files at once: every file is still read, and with
+/// several corrupt files the first in the manifest's order is named, every time.
+#[test]
+fn checksums_of_many_files_are_all_verified_and_the_first_bad_one_is_named() {
+    let (_tmp, s) = storage();
+    let names: Vec<String> = (0..40).map(|i| format!("sst-{i:02}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let path = write(&s, 1, &refs);
+    s.load(&path).unwrap();
+    let flip = |name: &str| {
+        let file = s.dir().join("shared").join(name);
+        let mut bytes = fs::read(&file).unwrap();
+        bytes[0] ^= 0x20;
+        fs::write(&file, bytes).unwrap();
+        file
+    };
+    let last = flip("sst-39");
+    let (file, problem) = corrupt_problem(s.load(&path));
+    assert_eq!(file, last);
+    assert!(matches!(problem, FileProblem::Checksum { .. }));
+    let first = flip("sst-07");
+    flip("sst-23");
+    for _ in 0..5 {
+        assert_eq!(corrupt_problem(s.load(&path)).0, first);
+    }
+    // A missing file is named before any checksum is read.
+    let gone = s.dir().join("shared").join("sst-30");
+    fs::remove_file(&gone).unwrap();
+    assert_eq!(corrupt_problem(s.load(&path)), (gone, FileProblem::Missing));
+}
+
+/// `load_unread` checks the manifest and the files' sizes, not their contents: it is for a
+/// process restoring what another one verified with `load`.
+#[test]
+fn load_unread_checks_sizes_but_reads_no_file() {
+    let (_tmp, s) = storage();
+    let path = write(&s, 1, &["sst-a"]);
+    let shared = s.dir().join("shared").join("sst-a");
+    fs::write(&shared, b"sst-b").unwrap();
+    assert_eq!(s.load_unread(&path).unwrap().checkpoint_id, CheckpointId(1));
+    assert!(matches!(
+        corrupt_problem(s.load(&path)).1,
+        FileProblem::Checksum { .. }
+    ));
+    fs::write(&shared, b"sst").unwrap();
+    assert_eq!(
+        corrupt_problem(s.load_unread(&path)),
+        (
+            shared.clone(),
+            FileProblem::Size {
+                expected: 5,
+                actual: 3
+            }
+        )
+    );
+    fs::remove_file(&shared).unwrap();
+    assert_eq!(
+        corrupt_problem(s.load_unread(&path)),
+        (shared, FileProblem::Missing)
+    );
+    // The manifest itself is verified.
+    let meta = path.join("_metadata");
+    let text = fs::read_to_string(&meta)
+        .unwrap()
+        .replace("\"job\"", "\"jab\"");
+    fs::write(&meta, text).unwrap();
+    assert!(s.load_unread(&path).is_err());
+}

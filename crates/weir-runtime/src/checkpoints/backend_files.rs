@@ -9,8 +9,13 @@
 //! ([`CheckpointStorage::fetch_file`]: hard links out of a local storage directory on the
 //! same file system, else streamed copies or downloads). What a backend does with the files
 //! is the backend's.
+//!
+//! A process that runs only some of the job's subtasks (a cluster worker) brings back only
+//! the old instances whose key groups overlap those of its own subtasks ([`needed_by`]):
+//! without a rescale exactly its own subtasks' instances.
 
 use super::{STORE_THREADS, parallel_map, storage_err};
+use std::collections::HashSet;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use weir_checkpoint::{CheckpointStorage, FileEntry};
@@ -31,6 +36,31 @@ pub(crate) struct OldInstance {
     pub entries: Vec<FileEntry>,
 }
 
+/// Keeps the instances of `old` that a process running the subtasks `runs` ((node,
+/// subtask) pairs; `None`: every subtask) needs: those whose key groups overlap the key
+/// groups of one of its subtasks of the same operator, at the operator's new parallelism
+/// `parallelism[node]`. Without a rescale that is exactly the instances of its own
+/// subtasks; with one, those overlapping them.
+pub(crate) fn needed_by(
+    old: Vec<OldInstance>,
+    runs: Option<&HashSet<(usize, usize)>>,
+    parallelism: &[usize],
+    max_parallelism: usize,
+) -> Vec<OldInstance> {
+    let Some(runs) = runs else { return old };
+    old.into_iter()
+        .filter(|inst| {
+            let p = parallelism[inst.node];
+            (0..p).any(|s| {
+                let range = weir_core::data::key_group_range(s, max_parallelism, p);
+                runs.contains(&(inst.node, s))
+                    && inst.key_groups.start < range.end
+                    && range.start < inst.key_groups.end
+            })
+        })
+        .collect()
+}
+
 /// How the old instances' files came back (for the log, and tests).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Fetched {
@@ -40,6 +70,8 @@ pub(crate) struct Fetched {
     pub fetched: usize,
     /// Files fetched from checkpoint storage.
     pub files: usize,
+    /// Bytes of the files fetched from checkpoint storage.
+    pub bytes: u64,
 }
 
 /// Brings the files of `old` into `local` (one directory per instance) and returns the
@@ -93,6 +125,7 @@ pub(crate) fn fetch(
         ));
     }
     figures.files = work.len();
+    figures.bytes = work.iter().map(|(_, e)| e.size).sum();
     for r in parallel_map(&mut work, STORE_THREADS, |(target, entry)| {
         storage
             .fetch_file(checkpoint, entry, target)
@@ -221,6 +254,51 @@ mod tests {
         ]
     }
 
+    /// Old instances of node 1 at parallelism `p` (128 key groups), without files.
+    fn instances(p: usize) -> Vec<OldInstance> {
+        (0..p)
+            .map(|s| OldInstance {
+                node: 1,
+                subtask: s,
+                key_groups: weir_core::data::key_group_range(s, 128, p),
+                files: Vec::new(),
+                entries: Vec::new(),
+            })
+            .collect()
+    }
+
+    fn subtasks(old: &[OldInstance]) -> Vec<usize> {
+        old.iter().map(|i| i.subtask).collect()
+    }
+
+    #[test]
+    fn a_process_needs_only_the_instances_of_its_own_subtasks() {
+        let runs: HashSet<(usize, usize)> = [(1, 0), (1, 3), (2, 1)].into();
+        let kept = needed_by(instances(4), Some(&runs), &[1, 4, 4], 128);
+        assert_eq!(subtasks(&kept), vec![0, 3]);
+        let all = needed_by(instances(4), None, &[1, 4, 4], 128);
+        assert_eq!(subtasks(&all), vec![0, 1, 2, 3]);
+        let none = needed_by(instances(4), Some(&HashSet::new()), &[1, 4, 4], 128);
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn after_a_rescale_a_process_needs_the_instances_overlapping_its_subtasks() {
+        // 4 -> 3: key groups 0..32, 32..64, 64..96, 96..128 become 0..43, 43..86, 86..128.
+        let at = |runs: &[(usize, usize)]| {
+            let runs: HashSet<(usize, usize)> = runs.iter().copied().collect();
+            subtasks(&needed_by(instances(4), Some(&runs), &[1, 3], 128))
+        };
+        assert_eq!(at(&[(1, 0)]), vec![0, 1]);
+        assert_eq!(at(&[(1, 1)]), vec![1, 2]);
+        assert_eq!(at(&[(1, 2)]), vec![2, 3]);
+        assert_eq!(at(&[(1, 0), (1, 2)]), vec![0, 1, 2, 3]);
+        // 4 -> 8: each new subtask lies within one old instance.
+        let runs: HashSet<(usize, usize)> = [(1, 5)].into();
+        let kept = needed_by(instances(4), Some(&runs), &[1, 8], 128);
+        assert_eq!(subtasks(&kept), vec![2]);
+    }
+
     #[test]
     fn an_intact_local_copy_is_used_without_fetching() {
         let tmp = tempfile::tempdir().unwrap();
@@ -233,7 +311,8 @@ mod tests {
             Fetched {
                 local: 1,
                 fetched: 0,
-                files: 0
+                files: 0,
+                bytes: 0
             }
         );
         assert_eq!(contents(&got[0].1), want());

@@ -258,7 +258,7 @@ impl Executor for ClusterExecutor {
     fn launch(
         &mut self,
         job: &Arc<JobShared>,
-        _storage: Option<&CheckpointStorage>,
+        storage: Option<&CheckpointStorage>,
         restore: Option<&(Manifest, PathBuf)>,
     ) -> Result<Launched> {
         // A slot runs one subtask of every operator (slot sharing): the job needs as many
@@ -345,6 +345,12 @@ impl Executor for ClusterExecutor {
         let used: HashSet<u32> = worker_of.iter().copied().collect();
         // The workers of the new attempt send every checkpoint file again.
         self.shared.staging.begin_attempt(attempt);
+        if let (Some(storage), Some((manifest, path))) = (storage, restore) {
+            // Its shared files are stored: the next checkpoints reuse them by name.
+            storage.remember_restored(manifest);
+            let files = super::staging::restored_files(storage, manifest, path);
+            self.shared.staging.restored(attempt, files);
+        }
         let deploy = Deploy {
             attempt,
             restore: restore.map(|(_, p)| p.clone()),

@@ -62,6 +62,13 @@ impl SentFiles {
         }
     }
 
+    /// `task` was restored from a checkpoint whose immutable files `stored` are in
+    /// checkpoint storage (and the coordinator's staging area knows where): its basis
+    /// starts with them, so its first acknowledgement leaves out those it still uses.
+    pub(crate) fn restored(&mut self, task: Task, stored: impl IntoIterator<Item = String>) {
+        self.0.entry(task).or_default().basis = stored.into_iter().collect();
+    }
+
     /// The coordinator lost `task`'s files: send them all next time.
     pub(crate) fn resend(&mut self, task: Task) {
         if let Some(t) = self.0.get_mut(&task) {
@@ -154,6 +161,20 @@ mod tests {
             !s.leave_out(T, "a.sst"),
             "compacted away: no longer in the basis"
         );
+    }
+
+    #[test]
+    fn a_restored_task_leaves_out_its_restored_files_until_its_basis_moves_on() {
+        let mut s = SentFiles::default();
+        s.restored(T, names(&["a.sst", "b.sst"]));
+        assert!(s.leave_out(T, "a.sst") && s.leave_out(T, "b.sst"));
+        assert!(!s.leave_out(T, "c.sst") && !s.leave_out((2, 1), "a.sst"));
+        s.acknowledged(T, 7, names(&["b.sst", "c.sst"]));
+        s.completed(T, 7);
+        assert!(!s.leave_out(T, "a.sst"), "compacted away since");
+        assert!(s.leave_out(T, "b.sst") && s.leave_out(T, "c.sst"));
+        s.resend(T);
+        assert!(!s.leave_out(T, "b.sst"));
     }
 
     #[test]

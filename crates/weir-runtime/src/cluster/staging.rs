@@ -16,6 +16,12 @@
 //! here) fails that acknowledgement only: what it wrote is removed, the task's basis stays
 //! as it was, so the worker sends the files again with its next acknowledgement.
 //!
+//! After a restore, the workers leave out the immutable files their tasks were restored
+//! with as well (their basis starts with them): those are in checkpoint storage already,
+//! and [`Staging::restored`] tells the area where. It points a snapshot's file at its
+//! stored copy, never holds, copies or deletes it; the checkpoint writer then reuses it by
+//! name. So the first checkpoint after a restore sends and stores only what changed.
+//!
 //! Used only when the checkpoint storage is a directory (local or a shared mount). With
 //! checkpoints on object storage the workers store their tasks' files themselves and
 //! acknowledge with references (`checkpoints::store_task_snapshots`); such an
@@ -49,6 +55,9 @@ struct Inner {
     basis: HashMap<Task, BTreeSet<String>>,
     /// Per checkpoint not yet completed or aborted: the files of each task's acknowledgement.
     pending: BTreeMap<u64, HashMap<Task, BTreeSet<String>>>,
+    /// The stored files of the checkpoint this attempt restored, by storage name: where
+    /// checkpoint storage holds them (never deleted here).
+    restored: HashMap<String, PathBuf>,
 }
 
 impl Inner {
@@ -123,6 +132,19 @@ impl Staging {
         self.publish(&inner);
     }
 
+    /// The attempt `attempt` restored a checkpoint whose immutable files `files` (storage
+    /// name, where storage holds it) the workers may leave out of their acknowledgements.
+    pub(crate) fn restored(
+        &self,
+        attempt: u64,
+        files: impl IntoIterator<Item = (String, PathBuf)>,
+    ) {
+        let mut inner = self.inner();
+        if inner.attempt == attempt {
+            inner.restored.extend(files);
+        }
+    }
+
     /// Stages the acknowledgement of checkpoint `checkpoint` by `task` of `attempt`: writes
     /// the `files` it carries (by storage name) and points every file of `snapshot` at its
     /// staged copy. A file the snapshot refers to without carrying it must be staged
@@ -178,7 +200,11 @@ impl Staging {
             let just: BTreeSet<&String> = written.iter().map(|(n, _)| n).collect();
             match targets
                 .iter()
-                .find(|(n, _)| !just.contains(n) && !inner.held.contains_key(n))
+                .find(|(n, _)| {
+                    !just.contains(n)
+                        && !inner.held.contains_key(n)
+                        && !inner.restored.contains_key(n)
+                })
             {
                 Some((name, _)) => Err(Error::Config(format!(
                     "the worker left out checkpoint file {name}, which the coordinator does not hold"
@@ -205,6 +231,8 @@ impl Staging {
         for f in snapshot.values_mut().flat_map(|s| &mut s.files) {
             if let Some(h) = inner.held.get(&f.name) {
                 f.path = h.path.clone();
+            } else if let Some(stored) = inner.restored.get(&f.name) {
+                f.path = stored.clone();
             }
         }
         self.publish(&inner);
@@ -256,6 +284,27 @@ impl Staging {
         let inner = self.inner();
         (inner.held.len(), inner.held.values().map(|h| h.size).sum())
     }
+}
+
+/// The shared files of checkpoint `manifest` at `path`, where storage holds them (for
+/// [`Staging::restored`]); none for a savepoint, whose files are its own copies that the
+/// next checkpoint stores again, or on object storage.
+pub(crate) fn restored_files(
+    storage: &weir_checkpoint::CheckpointStorage,
+    manifest: &weir_checkpoint::Manifest,
+    path: &Path,
+) -> Vec<(String, PathBuf)> {
+    if manifest.kind.is_savepoint() {
+        return Vec::new();
+    }
+    manifest
+        .files()
+        .filter(|f| f.shared)
+        .filter_map(|f| {
+            let at = storage.file_path(path, f).ok().flatten()?;
+            Some((f.name.clone(), at))
+        })
+        .collect()
 }
 
 fn stale(attempt: u64, current: u64) -> Error {

@@ -221,3 +221,65 @@ fn tasks_keep_their_own_basis() {
     s.completed(2);
     assert_eq!(on_disk(&s.root), vec!["a-1.sst", "a-2.sst", "b-2.sst"]);
 }
+
+/// After a restore, a worker leaves out the files its task was restored with: the area
+/// points them at checkpoint storage's copies, never copies or deletes those, and still
+/// refuses a left-out file it knows nothing of.
+#[test]
+fn files_of_the_restored_checkpoint_are_pointed_at_in_storage_and_never_deleted() {
+    let (d, s) = area();
+    let stored = d.path().join("checkpoints").join("shared");
+    std::fs::create_dir_all(&stored).unwrap();
+    std::fs::write(stored.join("i-000007.sst"), b"stored").unwrap();
+    s.restored(
+        1,
+        [("i-000007.sst".to_string(), stored.join("i-000007.sst"))],
+    );
+    // An older attempt's hint is ignored.
+    s.restored(
+        0,
+        [("i-000099.sst".to_string(), stored.join("i-000099.sst"))],
+    );
+    let (mut snap, files) = ack(
+        &["i-2-MANIFEST", "i-000007.sst", "i-000008.sst"],
+        &["i-2-MANIFEST", "i-000008.sst"],
+    );
+    s.stage(1, T, 2, &mut snap, files).unwrap();
+    let paths: Vec<PathBuf> = snap["op"].files.iter().map(|f| f.path.clone()).collect();
+    assert_eq!(
+        paths,
+        vec![
+            s.root.join("i-2-MANIFEST/MANIFEST"),
+            stored.join("i-000007.sst"),
+            s.root.join("i-000008.sst/000008.sst")
+        ]
+    );
+    assert_eq!(
+        on_disk(&s.root),
+        vec!["i-000008.sst".to_string(), "i-2-MANIFEST".to_string()]
+    );
+    s.completed(2);
+    // Compaction dropped the restored file: nothing refers to it, it stays in storage.
+    let (mut snap, files) = ack(&["i-3-MANIFEST", "i-000008.sst"], &["i-3-MANIFEST"]);
+    s.stage(1, T, 3, &mut snap, files).unwrap();
+    s.completed(3);
+    assert_eq!(
+        on_disk(&s.root),
+        vec!["i-000008.sst".to_string(), "i-3-MANIFEST".to_string()]
+    );
+    assert_eq!(
+        std::fs::read(stored.join("i-000007.sst")).unwrap(),
+        b"stored"
+    );
+    let (mut snap, files) = ack(&["i-4-MANIFEST", "i-000099.sst"], &["i-4-MANIFEST"]);
+    let e = s.stage(1, T, 4, &mut snap, files).unwrap_err().to_string();
+    assert!(e.contains("left out checkpoint file i-000099.sst"), "{e}");
+    // A new attempt forgets the hint.
+    s.begin_attempt(2);
+    let (mut snap, files) = ack(&["i-000007.sst"], &[]);
+    assert!(s.stage(2, T, 5, &mut snap, files).is_err());
+    assert_eq!(
+        std::fs::read(stored.join("i-000007.sst")).unwrap(),
+        b"stored"
+    );
+}

@@ -6,6 +6,7 @@ use super::mono_us;
 use super::sent::{SentFiles, ack_files};
 use super::transport::{Reader, Writer};
 use super::wire::{self, Body, Deploy, Wire, WireError, WireEvent};
+use super::worker_restore::{operators_of, restore, restored_files};
 use crate::job::{Commands, Subset};
 use crate::task::{JobShared, StartGate, TaskCommand, TaskEvent};
 use crate::{JobResult, TaskStats};
@@ -612,19 +613,35 @@ fn start_attempt(
     };
     let mut restore_dir = None;
     let mut map = crate::checkpoints::RestoreMap::new();
+    let mut restored_from = None;
     if let Some(path) = &d.restore {
         let dir = crate::job::restore_scratch_dir();
         restore_dir = Some(dir.clone());
         let restored = tracing::info_span!("restore", path = %path.display())
-            .in_scope(|| restore(job, path, &dir));
+            .in_scope(|| restore(job, path, &dir, &operators_of(job, &local)));
         match restored {
-            Ok(m) => map = m,
+            Ok((m, manifest)) => {
+                map = m;
+                restored_from = Some(manifest);
+            }
             Err(e) => {
                 fail(&e);
                 let mut a = WorkerAttempt::idle(attempt);
                 a.restore_dir = restore_dir;
                 return a;
             }
+        }
+    }
+    // The files each task was restored with are in checkpoint storage already: its first
+    // acknowledgement leaves out those it still uses (a savepoint's are its own copies).
+    let sent: Arc<Mutex<SentFiles>> = Arc::default();
+    if restored_from
+        .as_ref()
+        .is_some_and(|m| !m.kind.is_savepoint())
+    {
+        let mut sent = sent.lock().unwrap_or_else(|p| p.into_inner());
+        for (task, names) in restored_files(job, &map, &local) {
+            sent.restored(task, names);
         }
     }
     let built_out = out.clone();
@@ -717,7 +734,7 @@ fn start_attempt(
     }
     // With checkpoints on object storage this worker stores its tasks' files itself and
     // acknowledges with references; otherwise it sends them to the coordinator.
-    let task_storage = match task_storage(job) {
+    let task_storage = match task_storage(job, restored_from.as_ref()) {
         Ok(s) => s,
         Err(e) => {
             cancel.store(true, Ordering::SeqCst);
@@ -729,7 +746,6 @@ fn start_attempt(
     let events = launched.events;
     let out = out.clone();
     let stats = stats.clone();
-    let sent: Arc<Mutex<SentFiles>> = Arc::default();
     let sent_files = sent.clone();
     let forwarder = std::thread::Builder::new()
         .name("weir-worker-events".into())
@@ -815,9 +831,12 @@ fn start_attempt(
 
 /// The checkpoint storage this worker stores its tasks' files in, when the job's
 /// checkpoints are on object storage (with the operators' names for the file names); `None`
-/// in a directory, whose files go to the coordinator's staging area.
+/// in a directory, whose files go to the coordinator's staging area. When the attempt
+/// restored checkpoint `restored`, that storage knows its files are stored: the first
+/// checkpoint uploads only what changed since.
 fn task_storage(
     job: &JobShared,
+    restored: Option<&weir_checkpoint::Manifest>,
 ) -> Result<
     Option<(
         weir_checkpoint::CheckpointStorage,
@@ -837,6 +856,9 @@ fn task_storage(
             cfg.dir.display()
         ))
     })?;
+    if let Some(m) = restored {
+        storage.remember_restored(m);
+    }
     let names = crate::checkpoints::OperatorNames::new(&job.graph, &job.plan);
     Ok(Some((storage, names)))
 }
@@ -888,41 +910,4 @@ fn send_event(
         subtask: subtask as u32,
         event,
     }));
-}
-
-/// Loads the state of checkpoint `path` for this job, from the storage every process sees.
-fn restore(
-    job: &JobShared,
-    path: &std::path::Path,
-    local: &std::path::Path,
-) -> Result<crate::checkpoints::RestoreMap> {
-    let cfg = job.cfg.checkpoint.as_ref().ok_or_else(|| {
-        Error::Config(
-            "the coordinator restores a checkpoint but this worker has no checkpoint configuration"
-                .into(),
-        )
-    })?;
-    let storage = weir_checkpoint::CheckpointStorage::open(&cfg.dir)
-        .map_err(|e| Error::Config(e.to_string()))?;
-    let manifest = storage.load(path).map_err(|e| {
-        let hint = if storage.is_remote() {
-            "does every process have the same object storage settings (AWS_* environment)?"
-        } else {
-            "is the checkpoint directory shared by every process?"
-        };
-        Error::Config(format!(
-            "this worker cannot read checkpoint {}: {e}; {hint}",
-            path.display()
-        ))
-    })?;
-    crate::checkpoints::restore_map(
-        &storage,
-        &manifest,
-        path,
-        &job.graph,
-        &job.plan,
-        job.cfg.max_parallelism,
-        local,
-        job.cfg.state_backend.local_recovery(),
-    )
 }
