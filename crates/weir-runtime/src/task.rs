@@ -28,9 +28,12 @@ use weir_core::{Error, Result};
 use weir_state::BackendParams;
 
 mod align;
+mod build;
 mod end_of_time;
+mod source;
 mod unaligned;
 use align::{Aligned, Aligner};
+use build::Builder;
 
 /// Key of a writer: (producer node, port, consumer node, consumer gate).
 pub(crate) type WriterKey = (usize, usize, usize, usize);
@@ -187,149 +190,6 @@ pub(crate) fn now_ms() -> i64 {
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
-
-struct Builder<'a> {
-    job: &'a JobShared,
-    subtask: usize,
-    writers: &'a mut HashMap<WriterKey, Box<dyn Any + Send>>,
-    restore: &'a HashMap<usize, RestoreState>,
-    participants: &'a Participants,
-    /// Set when operators count their records (the job serves its REST API).
-    metrics: Option<&'a crate::status::TaskMetrics>,
-    /// The task's figures, counted or not (sources report their partitions there).
-    figures: &'a crate::status::TaskMetrics,
-    /// An aligned source's task: the node that asked for alignment reports what it emits.
-    alignment: Option<&'a crate::alignment::SourceAligner>,
-}
-
-impl Builder<'_> {
-    fn build_node(&mut self, node: usize) -> Result<Built> {
-        let job = self.job;
-        let spec = &job.graph.nodes[node];
-        let mut outputs = Vec::with_capacity(spec.outputs.len());
-        for (port, port_type) in spec.outputs.iter().enumerate() {
-            let mut list = Vec::new();
-            for c in &job.plan.consumers[node][port] {
-                if job.plan.chained[c.node] {
-                    match self.build_node(c.node)? {
-                        // A chained operator's records and watermark in are its
-                        // upstream's out (TaskMetrics shares the cells): no counting here.
-                        Built::Operator { mut inputs, .. } => list.push(inputs.swap_remove(0)),
-                        Built::Source(_) => {
-                            return Err(Error::Config(
-                                "internal: a source cannot be chained".into(),
-                            ));
-                        }
-                    }
-                } else {
-                    let w = self
-                        .writers
-                        .remove(&(node, port, c.node, c.gate))
-                        .ok_or_else(|| Error::Config("internal: missing channel writer".into()))?;
-                    let out = port_type.writer_output(w);
-                    // With the API on, the encoded size of the records it sends.
-                    list.push(
-                        match self
-                            .metrics
-                            .filter(|_| job.cfg.measure_bytes)
-                            .and_then(|m| m.node(node)?.bytes_out.clone())
-                        {
-                            Some(bytes) => {
-                                let edge = &job.graph.nodes[c.node].inputs[c.gate];
-                                let copies = match edge.kind() {
-                                    weir_core::exchange::PartitionKind::Broadcast => {
-                                        job.plan.parallelism[c.node] as u64
-                                    }
-                                    _ => 1,
-                                };
-                                port_type.metered(out, bytes, copies)
-                            }
-                            None => out,
-                        },
-                    );
-                }
-            }
-            let mut out = port_type.fan_out(list);
-            // The node that asked for alignment: what it emits is its source's watermark.
-            if let Some(a) = self
-                .alignment
-                .filter(|_| spec.watermark_alignment.is_some())
-            {
-                out = port_type.alignment_observed(out, a.member());
-            }
-            // A source's records and watermark out are read from it after each poll.
-            let counted = self
-                .metrics
-                .filter(|_| spec.kind != weir_core::graph::NodeKind::Source);
-            outputs.push(match counted.and_then(|m| m.node(node)) {
-                Some(m) => {
-                    port_type.counted(out, m.records_out[port].clone(), m.watermark_out.clone())
-                }
-                None => out,
-            });
-        }
-        let restore = self.restore.get(&node);
-        let backend = &job.cfg.state_backend;
-        let max = job.cfg.max_parallelism;
-        let keyed = restore.map(|r| r.keyed.clone()).unwrap_or_default();
-        let restore_from = restore.map(|r| r.backend.clone()).unwrap_or_default();
-        let label = format!("op{node}-{}", self.subtask);
-        let parallelism = job.plan.parallelism[node];
-        let slots = job.plan.parallelism.iter().copied().max().unwrap_or(1);
-        let subtask = self.subtask;
-        let make_backend = || {
-            backend.create(BackendParams {
-                label: &label,
-                max_parallelism: max,
-                subtask,
-                parallelism,
-                slots,
-                restore: keyed.clone(),
-                restore_from: &restore_from,
-            })
-        };
-        let operator_id = spec.operator_id();
-        let source_figures = self
-            .figures
-            .node(node)
-            .map(|c| c.partitions.clone())
-            .unwrap_or_default();
-        let ctx = BuildContext {
-            name: &spec.name,
-            subtask: self.subtask,
-            parallelism: job.plan.parallelism[node],
-            max_parallelism: max,
-            state_backend: &make_backend,
-            operator_id: &operator_id,
-            participants: self.participants,
-            restore,
-            checkpointing: job.cfg.checkpoint.is_some(),
-            checkpoint_timing: job.cfg.checkpoint.as_ref().map(|c| (c.interval, c.timeout)),
-            source_figures: &source_figures,
-            alignment: self.alignment.map(|a| a.handle()),
-        };
-        let built = spec.factory.build(&ctx, outputs)?;
-        match built {
-            Built::Operator { inputs, control }
-                if spec.kind == weir_core::graph::NodeKind::Sink
-                    && job.cfg.latency_tracking_interval.is_some() =>
-            {
-                // Latency markers end here: observed, never handed to the sink.
-                let inputs = inputs
-                    .into_iter()
-                    .zip(&spec.inputs)
-                    .map(|(input, e)| {
-                        let port = &job.graph.nodes[e.from.0].outputs[e.port];
-                        port.latency_observed(input, crate::latency::observer(job, node))
-                    })
-                    .collect();
-                Ok(Built::Operator { inputs, control })
-            }
-            built => Ok(built),
-        }
-    }
-}
-
 /// Checkpoint bookkeeping of one task.
 struct Checkpoints<'a> {
     spec: &'a TaskSpec,
@@ -510,7 +370,7 @@ pub(crate) fn run(job: &JobShared, mut spec: TaskSpec) -> Result<u64> {
             ck.spec.start.wait(&ck.spec.cancel)?;
             metrics.idle(waiting.elapsed());
             let cells = counted.and_then(|m| m.node(spec.head));
-            run_source(job, src, cells, aligner, &mut ck)
+            source::run_source(job, src, cells, aligner, &mut ck)
         }
         Built::Operator { inputs, control } => {
             let node = &job.graph.nodes[spec.head];
@@ -608,156 +468,6 @@ fn mode_of(job: &JobShared) -> crate::CheckpointMode {
 fn cancelled(ck: &Checkpoints<'_>) -> bool {
     ck.spec.cancel.load(Ordering::Relaxed)
 }
-
-fn run_source(
-    job: &JobShared,
-    mut src: Box<dyn SourceTask>,
-    cells: Option<&crate::status::NodeCells>,
-    mut aligner: Option<crate::alignment::SourceAligner>,
-    ck: &mut Checkpoints<'_>,
-) -> Result<u64> {
-    let checkpointing = job.cfg.checkpoint.is_some();
-    // Tick once before the first record, so that operators know the processing time from
-    // the start (KeyedContext::current_processing_time would read 0 until the first tick).
-    let mut last_tick = now_ms();
-    src.control(Control::Tick(last_tick))?;
-    let mut finished = false;
-    let mut markers = job
-        .cfg
-        .latency_tracking_interval
-        .map(|interval| crate::latency::Emitter::new(job, ck.spec.head, ck.spec.subtask, interval));
-    // After the input ended: the first barrier injected then, whose completion ends us.
-    let mut final_barrier: Option<CheckpointId> = None;
-    loop {
-        if cancelled(ck) {
-            return Err(Error::Cancelled);
-        }
-        // Watermark alignment: a source too far ahead waits here, answering commands.
-        let paused = aligner
-            .as_mut()
-            .filter(|_| !finished)
-            .and_then(|a| a.paused(Instant::now()).then(|| a.wait(Instant::now())));
-        let cmd = if finished || paused.is_some() {
-            let _idle = IdleTimer::start(&ck.spec.metrics);
-            let wait = paused.unwrap_or(Duration::from_millis(10));
-            match ck.spec.commands.recv_timeout(wait) {
-                Ok(c) => Some(c),
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                    return Err(Error::Cancelled);
-                }
-            }
-        } else if !weir_core::exchange::output_available() {
-            // The output has no room: a poll now would wait in a send, deaf to checkpoint
-            // triggers. Wait for room here instead, taking commands.
-            let waiting = Instant::now();
-            let r = ck.spec.commands.recv_timeout(OUTPUT_WAIT);
-            ck.spec
-                .metrics
-                .backpressured_ns
-                .fetch_add(waiting.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            match r {
-                Ok(c) => Some(c),
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                    return Err(Error::Cancelled);
-                }
-            }
-        } else {
-            ck.spec.commands.try_recv().ok()
-        };
-        if let Some(cmd) = cmd {
-            if let TaskCommand::Trigger(id, is_final) = cmd {
-                barrier_trace(format_args!("source {} trigger {id}", ck.spec.index));
-                ck.snapshot(id, Duration::ZERO, None)?;
-                if unaligned_mode(job) && !is_final {
-                    // Ahead of the records queued in the channels.
-                    weir_core::exchange::with_unaligned_barriers(|| {
-                        src.control(Control::Barrier(id))
-                    })?;
-                } else {
-                    // After the end of its input (the final checkpoint among them) a
-                    // source's barriers never go on a priority lane.
-                    end_of_time::send_barrier(mode_of(job), finished || is_final, || {
-                        src.control(Control::Barrier(id))
-                    })?;
-                }
-                // Only the final checkpoint (requested once every source finished) ends a
-                // finished source: earlier ones still need every source to acknowledge.
-                if finished && is_final {
-                    final_barrier = Some(id);
-                }
-            }
-            ck.on_command(cmd)?;
-            if let (Some(f), Some(c)) = (final_barrier, ck.last_complete)
-                && c >= f
-            {
-                break;
-            }
-            continue;
-        }
-        if finished {
-            continue;
-        }
-        if paused.is_some() {
-            let now = now_ms();
-            if now != last_tick {
-                last_tick = now;
-                src.control(Control::Tick(now))?;
-            }
-            continue;
-        }
-        let status = src.poll()?;
-        ck.spec.progress.store(src.emitted(), Ordering::Relaxed);
-        if let Some(c) = cells {
-            c.records_out[0].store(src.emitted(), Ordering::Relaxed);
-            if let Some(w) = src.watermark() {
-                c.watermark_out.store(w, Ordering::Relaxed);
-            }
-        }
-        let now = now_ms();
-        if now != last_tick {
-            last_tick = now;
-            src.control(Control::Tick(now))?;
-        }
-        // A marker waits while the output has no room (sending it would wait too).
-        if let Some(m) = markers
-            .as_mut()
-            .filter(|_| weir_core::exchange::output_available())
-            .and_then(crate::latency::Emitter::due)
-        {
-            src.control(Control::LatencyMarker(m))?;
-        }
-        match status {
-            SourceStatus::More => {}
-            SourceStatus::Idle(ms) => {
-                // No record joins a partly filled batch while the source sleeps.
-                src.control(Control::Flush)?;
-                let _idle = IdleTimer::start(&ck.spec.metrics);
-                std::thread::sleep(Duration::from_millis(ms.clamp(1, 50)))
-            }
-            SourceStatus::Finished => {
-                src.control(Control::Watermark(MAX_WATERMARK))?;
-                if let Some(c) = cells {
-                    c.watermark_out.store(MAX_WATERMARK, Ordering::Relaxed);
-                }
-                if let Some(a) = aligner.as_mut() {
-                    a.finished();
-                }
-                if !checkpointing {
-                    break;
-                }
-                finished = true;
-                let _ = ck.spec.events.send(TaskEvent::SourceFinished {
-                    task: ck.spec.index,
-                });
-            }
-        }
-    }
-    src.control(Control::End)?;
-    Ok(src.emitted())
-}
-
 enum ControlTarget<'a> {
     Gate(&'a dyn InputGate),
     Sink(Box<dyn ControlSink>),
