@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# benches/flink.sh: Apache Flink 2.3's RocksDB backend on weir's keyed-sum-large job (20M keys,
+# 100-byte values, incremental checkpoints every second), for the side-by-side figures in
+# docs/performance.md ("Flink's RocksDB backend side by side, 20M keys"). A manual
+# benchmark: needs Java 17 and Maven; not part of CI.
+#
+#   bash benches/flink.sh --dir NEW_DIR [--keys 20000000] [--events N] [--value-bytes 100] \
+#       [--parallelism 1] [--budget-mib 200] [--checkpoint-interval-ms 1000]
+#
+# The flags are weir-bench keyed-sum-large's; --budget-mib is Flink's managed memory (the
+# RocksDB backend's memory, split evenly over the P slots). Prints one JSON line. The JVM's
+# heap is FLINK_BENCH_HEAP (default 1g). NEW_DIR must be new or empty; delete it afterwards.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/flink"
+
+if [ ! -f target/classpath.txt ] || [ pom.xml -nt target/classpath.txt ] \
+    || [ -n "$(find src -newer target/classpath.txt -print -quit)" ]; then
+    mvn -B -q package -DskipTests >&2
+    mvn -B -q dependency:build-classpath -Dmdep.outputFile=target/classpath.txt >&2
+fi
+
+exec java -Xms"${FLINK_BENCH_HEAP:-1g}" -Xmx"${FLINK_BENCH_HEAP:-1g}" \
+    --add-opens=java.base/java.lang=ALL-UNNAMED \
+    --add-opens=java.base/java.util=ALL-UNNAMED \
+    --add-opens=java.base/java.nio=ALL-UNNAMED \
+    --add-opens=java.base/sun.nio.ch=ALL-UNNAMED \
+    -Dlog4j2.level=WARN \
+    -cp "target/flink-keyed-sum-large-0.1.0.jar:$(cat target/classpath.txt)" \
+    weir.bench.KeyedSumLarge "$@"

@@ -1,0 +1,264 @@
+package weir.bench;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.util.Locale;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.stream.Stream;
+
+import org.apache.flink.api.common.JobExecutionResult;
+import org.apache.flink.api.common.functions.OpenContext;
+import org.apache.flink.api.common.state.CheckpointListener;
+import org.apache.flink.api.common.state.ValueState;
+import org.apache.flink.api.common.state.ValueStateDescriptor;
+import org.apache.flink.api.common.typeinfo.PrimitiveArrayTypeInfo;
+import org.apache.flink.api.common.typeinfo.Types;
+import org.apache.flink.api.java.tuple.Tuple2;
+import org.apache.flink.configuration.ConfigOption;
+import org.apache.flink.configuration.ConfigOptions;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.MemorySize;
+import org.apache.flink.configuration.TaskManagerOptions;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
+import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
+import org.apache.flink.util.Collector;
+
+/**
+ * weir's keyed-sum-large job on Apache Flink's RocksDB state backend, in a local MiniCluster.
+ *
+ * <p>Event {@code i} for {@code i in 0..N} has key {@code i % K} and value {@code i}; key_by(key);
+ * the state per key is a {@code value-bytes}-long byte array whose first 8 bytes (little-endian)
+ * hold the running sum and whose other bytes are the same xorshift filler weir's bench writes
+ * (incompressible); every 1000th record a subtask processes emits (key, sum) into a discarding
+ * sink. Prints one JSON line; events/s is N divided by Flink's net runtime of the job.
+ */
+public final class KeyedSumLarge {
+    static final AtomicLong EMITTED = new AtomicLong();
+    static final Set<Long> COMPLETED = ConcurrentHashMap.newKeySet();
+
+    /** The running sum in the first 8 bytes of a wide value, as weir-bench's WideSum. */
+    public static final class WideSum
+            extends KeyedProcessFunction<Long, Tuple2<Long, Long>, Tuple2<Long, Long>>
+            implements CheckpointListener {
+        private final int len;
+        private transient ValueState<byte[]> state;
+        private transient long seen;
+
+        public WideSum(int len) {
+            this.len = len;
+        }
+
+        @Override
+        public void open(OpenContext ctx) {
+            state = getRuntimeContext().getState(
+                    new ValueStateDescriptor<>("sum", PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO));
+        }
+
+        static byte[] initial(long k, int len) {
+            long x = (k * 0x9E3779B97F4A7C15L) | 1L;
+            byte[] v = new byte[len];
+            for (int i = 0; i < len; i++) {
+                x ^= x << 13;
+                x ^= x >>> 7;
+                x ^= x << 17;
+                v[i] = (byte) x;
+            }
+            return v;
+        }
+
+        @Override
+        public void processElement(Tuple2<Long, Long> e, Context ctx, Collector<Tuple2<Long, Long>> out)
+                throws Exception {
+            long k = e.f0;
+            byte[] value = state.value();
+            if (value == null) {
+                value = initial(k, len);
+            }
+            long sum = 0;
+            for (int i = 7; i >= 0; i--) {
+                sum = (sum << 8) | (value[i] & 0xFFL);
+            }
+            sum += e.f1;
+            for (int i = 0; i < 8; i++) {
+                value[i] = (byte) (sum >>> (8 * i));
+            }
+            state.update(value);
+            seen++;
+            if (seen % 1000 == 0) {
+                out.collect(Tuple2.of(k, sum));
+                EMITTED.incrementAndGet();
+            }
+        }
+
+        @Override
+        public void notifyCheckpointComplete(long checkpointId) {
+            COMPLETED.add(checkpointId);
+        }
+    }
+
+    private static long peakRssKib() {
+        try (Stream<String> lines = Files.lines(Paths.get("/proc/self/status"))) {
+            return lines.filter(l -> l.startsWith("VmHWM:"))
+                    .map(l -> l.substring(6).trim().replace("kB", "").trim())
+                    .mapToLong(Long::parseLong)
+                    .findFirst()
+                    .orElse(-1);
+        } catch (IOException | RuntimeException e) {
+            return -1;
+        }
+    }
+
+    /** CPU time (user + system) of this process so far, all threads, in seconds. */
+    private static double cpuSeconds() {
+        try {
+            String stat = Files.readString(Paths.get("/proc/self/stat"));
+            String[] f = stat.substring(stat.lastIndexOf(')') + 2).split(" ");
+            // Fields 14 and 15 of stat (utime, stime) are 12 and 13 after the command name,
+            // in clock ticks of 1/100 s on Linux.
+            return (Long.parseLong(f[11]) + Long.parseLong(f[12])) / 100.0;
+        } catch (IOException | RuntimeException e) {
+            return -1;
+        }
+    }
+
+    private static long dirBytes(Path dir) {
+        try (Stream<Path> s = Files.walk(dir)) {
+            return s.filter(Files::isRegularFile).mapToLong(p -> {
+                try {
+                    return Files.size(p);
+                } catch (IOException e) {
+                    return 0; // removed while walking
+                }
+            }).sum();
+        } catch (IOException | RuntimeException e) {
+            return 0;
+        }
+    }
+
+    private static ConfigOption<String> option(String key) {
+        return ConfigOptions.key(key).stringType().noDefaultValue();
+    }
+
+    private static void usage(String why) {
+        System.err.println(why);
+        System.err.println("usage: KeyedSumLarge --dir NEW_DIR [--keys 20000000] [--events 2*keys]"
+                + " [--value-bytes 100] [--parallelism 1] [--budget-mib 200]"
+                + " [--checkpoint-interval-ms 1000]");
+        System.exit(2);
+    }
+
+    public static void main(String[] args) throws Exception {
+        long keys = 20_000_000L;
+        long events = -1;
+        int valueBytes = 100;
+        int parallelism = 1;
+        long budgetMib = 200;
+        long intervalMs = 1000;
+        String dirArg = null;
+        for (int i = 0; i < args.length; i++) {
+            if (i + 1 >= args.length) {
+                usage("missing value for " + args[i]);
+            }
+            String v = args[++i];
+            switch (args[i - 1]) {
+                case "--keys" -> keys = Long.parseLong(v);
+                case "--events" -> events = Long.parseLong(v);
+                case "--value-bytes" -> valueBytes = Integer.parseInt(v);
+                case "--parallelism" -> parallelism = Integer.parseInt(v);
+                case "--budget-mib" -> budgetMib = Long.parseLong(v);
+                case "--checkpoint-interval-ms" -> intervalMs = Long.parseLong(v);
+                case "--dir" -> dirArg = v;
+                default -> usage("unknown flag " + args[i - 1]);
+            }
+        }
+        if (dirArg == null) {
+            usage("--dir is required");
+        }
+        if (events < 0) {
+            events = 2 * keys;
+        }
+        if (valueBytes < 8) {
+            usage("--value-bytes must be at least 8 (the sum's bytes)");
+        }
+        Path dir = Paths.get(dirArg).toAbsolutePath();
+        if (Files.isDirectory(dir)) {
+            try (Stream<Path> s = Files.list(dir)) {
+                if (s.findAny().isPresent()) {
+                    usage(dir + " is not empty; give the benchmark a new directory");
+                }
+            }
+        }
+        Path local = dir.resolve("local");
+        Path checkpoints = dir.resolve("checkpoints");
+        Path tmp = dir.resolve("tmp");
+        Files.createDirectories(local);
+        Files.createDirectories(checkpoints);
+        Files.createDirectories(tmp);
+
+        Configuration conf = new Configuration();
+        conf.set(option("state.backend.type"), "rocksdb");
+        conf.set(option("execution.checkpointing.incremental"), "true");
+        conf.set(option("execution.checkpointing.dir"), checkpoints.toUri().toString());
+        conf.set(option("state.backend.rocksdb.localdir"), local.toString());
+        conf.set(option("state.backend.rocksdb.memory.managed"), "true");
+        conf.set(option("io.tmp.dirs"), tmp.toString());
+        // The RocksDB memory budget: managed memory, split evenly over the P slots.
+        conf.set(TaskManagerOptions.MANAGED_MEMORY_SIZE, MemorySize.ofMebiBytes(budgetMib));
+        conf.set(TaskManagerOptions.NUM_TASK_SLOTS, parallelism);
+
+        StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(parallelism, conf);
+        if (intervalMs > 0) {
+            env.enableCheckpointing(intervalMs);
+        }
+        final long k = keys;
+        final int len = valueBytes;
+        env.fromSequence(0, events - 1)
+                .map(i -> Tuple2.of(i % k, i))
+                .returns(Types.TUPLE(Types.LONG, Types.LONG))
+                .keyBy(t -> t.f0, Types.LONG)
+                .process(new WideSum(len))
+                .returns(Types.TUPLE(Types.LONG, Types.LONG))
+                .sinkTo(new DiscardingSink<>());
+
+        // Measured while the job runs: the backend removes its files (and, without retained
+        // checkpoints, the checkpoint directory's contents) when the job ends.
+        AtomicLong stateBytes = new AtomicLong();
+        AtomicLong checkpointBytes = new AtomicLong();
+        Thread poller = new Thread(() -> {
+            while (!Thread.currentThread().isInterrupted()) {
+                stateBytes.accumulateAndGet(dirBytes(local), Math::max);
+                checkpointBytes.accumulateAndGet(dirBytes(checkpoints), Math::max);
+                try {
+                    Thread.sleep(1500);
+                } catch (InterruptedException e) {
+                    return;
+                }
+            }
+        }, "state-size-poller");
+        poller.setDaemon(true);
+        poller.start();
+        double cpu0 = cpuSeconds();
+        long t0 = System.nanoTime();
+        JobExecutionResult r = env.execute("flink-keyed-sum-large");
+        double wall = (System.nanoTime() - t0) / 1e9;
+        double cpu = cpuSeconds() - cpu0;
+        poller.interrupt();
+        double net = r.getNetRuntime() / 1000.0;
+        System.out.println(String.format(Locale.ROOT,
+                "{\"bench\":\"flink-keyed-sum-large\",\"flink_version\":\"%s\",\"events\":%d,\"keys\":%d,"
+                        + "\"value_bytes\":%d,\"parallelism\":%d,\"state\":\"rocksdb\",\"incremental\":true,"
+                        + "\"managed_memory_mib\":%d,\"checkpoint_interval_ms\":%d,\"elapsed_s\":%.3f,"
+                        + "\"wall_s\":%.3f,\"cpu_s\":%.2f,\"events_per_sec\":%d,\"checkpoints_completed\":%d,"
+                        + "\"peak_rss_kib\":%d,\"state_dir_bytes\":%d,\"checkpoint_dir_bytes\":%d,"
+                        + "\"results\":%d}",
+                org.apache.flink.runtime.util.EnvironmentInformation.getVersion(), events, keys, valueBytes,
+                parallelism, budgetMib, intervalMs, net, wall, cpu, Math.round(events / net), COMPLETED.size(),
+                peakRssKib(), stateBytes.get(), checkpointBytes.get(), EMITTED.get()));
+        System.exit(0);
+    }
+}
