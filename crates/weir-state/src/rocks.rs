@@ -524,6 +524,11 @@ impl RocksDbBackend {
     pub fn path(&self) -> &Path {
         &self.store.dir
     }
+
+    /// A numeric RocksDB property of the instance, e.g. `rocksdb.block-cache-capacity`.
+    pub(crate) fn property(&self, name: &str) -> Option<u64> {
+        self.store.db().property_int_value(name).ok().flatten()
+    }
 }
 
 impl KeyedStateBackend for RocksDbBackend {
