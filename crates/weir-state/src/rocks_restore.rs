@@ -69,10 +69,7 @@ fn overlap(a: &Range<u32>, b: &Range<u32>) -> Range<u32> {
 /// `DB::open_cf` and its read-only twin give each named column family RocksDB's default
 /// options instead: a block cache of its own (32 MiB per instance, outside the memory
 /// budget), no bloom filters, 64 MiB memtables.
-fn descriptors(
-    opts: &rocksdb::Options,
-    names: &[String],
-) -> Vec<rocksdb::ColumnFamilyDescriptor> {
+fn descriptors(opts: &rocksdb::Options, names: &[String]) -> Vec<rocksdb::ColumnFamilyDescriptor> {
     names
         .iter()
         .map(|name| rocksdb::ColumnFamilyDescriptor::new(name, opts.clone()))
@@ -256,9 +253,13 @@ fn ingest(
     let result = (|| {
         place(&other.files, &scratch)?;
         let cfs = rocksdb::DB::list_cf(opts, &scratch).map_err(|e| err("open", &scratch, e))?;
-        let src =
-            rocksdb::DB::open_cf_descriptors_read_only(opts, &scratch, descriptors(opts, &cfs), false)
-            .map_err(|e| restore_error(other, err("open", &scratch, e)))?;
+        let src = rocksdb::DB::open_cf_descriptors_read_only(
+            opts,
+            &scratch,
+            descriptors(opts, &cfs),
+            false,
+        )
+        .map_err(|e| restore_error(other, err("open", &scratch, e)))?;
         let mut n = 0;
         for name in &cfs {
             if db.cf_handle(name).is_none() {
