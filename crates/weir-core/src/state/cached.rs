@@ -2,10 +2,11 @@
 //!
 //! Reads go to a typed cache first and fall back to the store; writes stay in the cache
 //! and are written to the store in one batch when the operator snapshots (at the
-//! checkpoint barrier) or when the cache outgrows its capacity. A full cache writes its
-//! changes back, then evicts with a second chance: entries read or written since the last
-//! eviction stay (up to half the capacity), the others go, so a hot set of keys survives a
-//! stream of keys seen once. Keys in the store are
+//! checkpoint barrier), or in chunks of [`WRITE_CHUNK_BYTES`] when the cache outgrows its
+//! capacity. A full cache writes its changes back, then evicts with a second chance:
+//! entries read or written since the last eviction stay (up to half the capacity), the
+//! others go, so a hot set of keys survives a stream of keys seen once. Keys in the store
+//! are
 //! `[key group: u16 big-endian][table name][0][encoded key]`, so a key group's entries
 //! are contiguous and can be split off on rescale.
 
