@@ -526,6 +526,7 @@ impl RocksDbBackend {
     }
 
     /// A numeric RocksDB property of the instance, e.g. `rocksdb.block-cache-capacity`.
+    #[cfg(test)]
     pub(crate) fn property(&self, name: &str) -> Option<u64> {
         self.store.db().property_int_value(name).ok().flatten()
     }
