@@ -308,4 +308,18 @@ mod tests {
         drop((ctx_b, _z));
         assert_eq!(store.cache_capacity(), per_slot / 2);
     }
+
+    /// An instance keeps its blocks and memtables in its slot's cache: the one the
+    /// budget sizes, not a block cache of RocksDB's own per instance.
+    #[test]
+    fn an_instance_uses_its_slots_cache() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = cfg(tmp.path(), 64 << 20, 0);
+        let backend =
+            crate::RocksDbBackend::open(&cfg, "op1-0", 128, 0, 1, BTreeMap::new(), &[]).unwrap();
+        assert_eq!(
+            backend.property("rocksdb.block-cache-capacity"),
+            Some(48 << 20)
+        );
+    }
 }

@@ -5,7 +5,7 @@
 //! states are typed write-back caches over it (see `weir_core::state::CachedTable`,
 //! `StoreListTable` and `StoreMapTable`; a list element and a map entry are each one
 //! RocksDB entry, read in key order with [`KvStore::scan`]): the cache is written to
-//! RocksDB in one batch when it outgrows its capacity, and at every checkpoint barrier. At the barrier the task thread only encodes the changed entries and
+//! RocksDB a megabyte at a time when it outgrows its capacity, and at every checkpoint barrier. At the barrier the task thread only encodes the changed entries and
 //! marks them clean; a background thread sorts them, writes them as one SST file, ingests
 //! it and takes a RocksDB checkpoint (hard links) while the task goes on with records.
 //! Until that thread is done the task does not write to RocksDB or evict from the cache
@@ -523,6 +523,12 @@ impl RocksDbBackend {
     /// The instance's database directory.
     pub fn path(&self) -> &Path {
         &self.store.dir
+    }
+
+    /// A numeric RocksDB property of the instance, e.g. `rocksdb.block-cache-capacity`.
+    #[cfg(test)]
+    pub(crate) fn property(&self, name: &str) -> Option<u64> {
+        self.store.db().property_int_value(name).ok().flatten()
     }
 }
 

@@ -2,10 +2,11 @@
 //!
 //! Reads go to a typed cache first and fall back to the store; writes stay in the cache
 //! and are written to the store in one batch when the operator snapshots (at the
-//! checkpoint barrier) or when the cache outgrows its capacity. A full cache writes its
-//! changes back, then evicts with a second chance: entries read or written since the last
-//! eviction stay (up to half the capacity), the others go, so a hot set of keys survives a
-//! stream of keys seen once. Keys in the store are
+//! checkpoint barrier), or in chunks of [`WRITE_CHUNK_BYTES`] when the cache outgrows its
+//! capacity. A full cache writes its changes back, then evicts with a second chance:
+//! entries read or written since the last eviction stay (up to half the capacity), the
+//! others go, so a hot set of keys survives a stream of keys seen once. Keys in the store
+//! are
 //! `[key group: u16 big-endian][table name][0][encoded key]`, so a key group's entries
 //! are contiguous and can be split off on rescale.
 
@@ -79,6 +80,13 @@ fn store_key_grouped_into<K: Key>(
     codec::encode_into(key, out)
 }
 
+/// Encoded bytes a cache's write-back (when it outgrows its capacity) hands to the store
+/// at a time. Writing a full cache in one batch held its encoded copy and the store's
+/// write batch (two more copies of every dirty entry, growing with the cache and so with
+/// the memory budget) on top of the cache; in chunks, those copies stay below about twice
+/// this size whatever the budget.
+pub const WRITE_CHUNK_BYTES: usize = 1 << 20;
+
 /// Where one change lies in [`Changes::bytes`].
 struct Span {
     key: usize,
@@ -125,9 +133,30 @@ impl Changes {
         Ok(())
     }
 
+    /// Writes the changes gathered so far to `store` and forgets them once they hold
+    /// [`WRITE_CHUNK_BYTES`] or more (`None`: keeps them all, for a snapshot). Returns the
+    /// (encoded bytes, changes) written.
+    pub(super) fn spill(&mut self, store: Option<&dyn KvStore>) -> Result<(usize, usize)> {
+        match store {
+            Some(store) if self.bytes.len() >= WRITE_CHUNK_BYTES => {
+                store.write(self)?;
+                let written = (self.bytes.len(), self.spans.len());
+                self.bytes.clear();
+                self.spans.clear();
+                Ok(written)
+            }
+            _ => Ok((0, 0)),
+        }
+    }
+
     /// Number of changed keys.
     pub fn len(&self) -> usize {
         self.spans.len()
+    }
+
+    /// Bytes of the encoded keys and values.
+    pub fn byte_len(&self) -> usize {
+        self.bytes.len()
     }
 
     /// True when nothing changed.
@@ -326,17 +355,25 @@ impl<K: Key, V: Data> CachedTable<K, V> {
         Ok(())
     }
 
+    /// Sets the memory of one entry from its encoded size: its hash map slot, its value
+    /// on the heap (about its encoded size), and, while a checkpoint writes it, its
+    /// encoded copy with its span and its place in the sorted run the snapshot thread
+    /// builds from it (a pair of slices, and the sort's (prefix, index) pair).
     fn set_entry_bytes(&mut self, encoded: usize, entries: usize) {
         if let Some(per_entry) = encoded.checked_div(entries) {
             let slot = std::mem::size_of::<(K, Slot<V>)>() * 8 / 7 + 1;
+            let sorted =
+                std::mem::size_of::<(&[u8], Option<&[u8]>)>() + std::mem::size_of::<(u64, u32)>();
             self.entry_bytes =
-                slot + 2 * per_entry + std::mem::size_of::<Span>() + self.name.len() + 3;
+                slot + 2 * per_entry + std::mem::size_of::<Span>() + sorted + self.name.len() + 3;
         }
     }
 
-    /// Encodes the changed entries and marks them clean.
-    fn take_changes(&mut self) -> Result<Changes> {
+    /// Encodes the changed entries and marks them clean; with a `store`, writes them to
+    /// it in chunks of [`WRITE_CHUNK_BYTES`] as they are encoded and returns the rest.
+    fn take_changes(&mut self, store: Option<&dyn KvStore>) -> Result<Changes> {
         let mut changes = Changes::new(self.name.len() + 3);
+        let (mut spilled_bytes, mut spilled) = (0, 0);
         let (name, max_parallelism, group) = (&self.name, self.max_parallelism, self.group);
         for (k, slot) in self.map.iter_mut().filter(|(_, s)| s.dirty) {
             changes.push_with(|buf| {
@@ -349,17 +386,25 @@ impl<K: Key, V: Data> CachedTable<K, V> {
                 Ok(Some(start))
             })?;
             slot.dirty = false;
+            let (bytes, n) = changes.spill(store)?;
+            spilled_bytes += bytes;
+            spilled += n;
         }
-        let overhead = changes.len() * (self.name.len() + 3);
-        self.set_entry_bytes(changes.bytes.len().saturating_sub(overhead), changes.len());
+        let n = spilled + changes.len();
+        let overhead = n * (self.name.len() + 3);
+        self.set_entry_bytes(
+            (spilled_bytes + changes.bytes.len()).saturating_sub(overhead),
+            n,
+        );
         Ok(changes)
     }
 
-    /// Writes the changed entries to the store.
+    /// Writes the changed entries to the store, a chunk at a time.
     fn flush(&mut self) -> Result<()> {
-        let changes = self.take_changes()?;
+        let store = self.store.clone();
+        let changes = self.take_changes(Some(&*store))?;
         if !changes.is_empty() {
-            self.store.write(&changes)?;
+            store.write(&changes)?;
         }
         Ok(())
     }
@@ -387,7 +432,7 @@ impl<K: Key, V: Data> StateTableInfo for Info<CachedTable<K, V>> {
         true
     }
     fn take_changes(&self) -> Result<Option<Changes>> {
-        self.0.borrow_mut().take_changes().map(Some)
+        self.0.borrow_mut().take_changes(None).map(Some)
     }
 }
 
@@ -427,6 +472,38 @@ mod tests {
 
     /// A key read again and again stays cached while keys seen once stream through a
     /// cache much smaller than them.
+    /// A full cache writes its changes back a chunk at a time: no batch the store gets
+    /// holds much more than `WRITE_CHUNK_BYTES` (the copies a write-back makes do not
+    /// grow with the cache), and every value is in the store afterwards.
+    #[test]
+    fn a_full_cache_writes_back_in_bounded_chunks() {
+        let store = Rc::new(Store::with_capacity(64));
+        let mut t = CachedTable::<u32, Vec<u8>>::new("t", store.clone() as Rc<dyn KvStore>);
+        let value = |k: u32| vec![k as u8; 100_000];
+        for k in 0..64u32 {
+            t.put(&k, Some(value(k))).unwrap();
+        }
+        assert_eq!(store.writes.get(), 0);
+        // The 65th key finds the cache full: its 6.4 MB of changes go to the store.
+        t.put(&64, Some(value(64))).unwrap();
+        assert!(store.writes.get() >= 6, "{} writes", store.writes.get());
+        let largest = store.largest_write.get();
+        assert!(
+            largest < WRITE_CHUNK_BYTES + 100_100,
+            "{largest} bytes in one write"
+        );
+        let data = store.data.borrow();
+        for k in 0..64u32 {
+            let stored = data.get(&store_key("t", &k, 128).unwrap()).unwrap();
+            assert_eq!(
+                codec::decode::<Vec<u8>>(stored).unwrap(),
+                value(k),
+                "key {k}"
+            );
+        }
+        assert_eq!(data.len(), 64);
+    }
+
     #[test]
     fn a_hot_key_survives_evictions() {
         let (store, mut t) = table(64);

@@ -197,7 +197,9 @@ impl<K: Key, V: Data> StoreListTable<K, V> {
     }
 
     /// Encodes the pending elements, with the new lengths, and marks them written.
-    fn take_changes(&mut self) -> Result<Changes> {
+    /// With a `store`, writes the changes to it in chunks as they are encoded and returns
+    /// the rest (see [`Changes::spill`]).
+    fn take_changes(&mut self, store: Option<&dyn KvStore>) -> Result<Changes> {
         let mut changes = Changes::new(self.key_start());
         for slot in self.keys.values_mut().filter(|s| !s.pending.is_empty()) {
             for (i, v) in slot.pending.iter().enumerate() {
@@ -218,14 +220,16 @@ impl<K: Key, V: Data> StoreListTable<K, V> {
                 codec::encode_into(&slot.stored, buf)?;
                 Ok(Some(start))
             })?;
+            changes.spill(store)?;
         }
         Ok(changes)
     }
 
     fn flush(&mut self) -> Result<()> {
-        let changes = self.take_changes()?;
+        let store = self.store.clone();
+        let changes = self.take_changes(Some(&*store))?;
         if !changes.is_empty() {
-            self.store.write(&changes)?;
+            store.write(&changes)?;
         }
         Ok(())
     }
@@ -255,7 +259,7 @@ impl<K: Key, V: Data> StateTableInfo for Info<StoreListTable<K, V>> {
         true
     }
     fn take_changes(&self) -> Result<Option<Changes>> {
-        self.0.borrow_mut().take_changes().map(Some)
+        self.0.borrow_mut().take_changes(None).map(Some)
     }
 }
 

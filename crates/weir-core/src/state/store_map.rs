@@ -247,7 +247,9 @@ impl<K: Key, UK: Key, UV: Data> StoreMapTable<K, UK, UV> {
     }
 
     /// Encodes the changed entries and marks them clean.
-    fn take_changes(&mut self) -> Result<Changes> {
+    /// With a `store`, writes the changes to it in chunks as they are encoded and returns
+    /// the rest (see [`Changes::spill`]).
+    fn take_changes(&mut self, store: Option<&dyn KvStore>) -> Result<Changes> {
         let mut changes = Changes::new(self.name.len() + 3);
         for slot in self.keys.values_mut() {
             for (enc, e) in slot.entries.iter_mut().filter(|(_, e)| e.dirty) {
@@ -262,15 +264,17 @@ impl<K: Key, UK: Key, UV: Data> StoreMapTable<K, UK, UV> {
                     Ok(Some(start))
                 })?;
                 e.dirty = false;
+                changes.spill(store)?;
             }
         }
         Ok(changes)
     }
 
     fn flush(&mut self) -> Result<()> {
-        let changes = self.take_changes()?;
+        let store = self.store.clone();
+        let changes = self.take_changes(Some(&*store))?;
         if !changes.is_empty() {
-            self.store.write(&changes)?;
+            store.write(&changes)?;
         }
         Ok(())
     }
@@ -300,7 +304,7 @@ impl<K: Key, UK: Key, UV: Data> StateTableInfo for Info<StoreMapTable<K, UK, UV>
         true
     }
     fn take_changes(&self) -> Result<Option<Changes>> {
-        self.0.borrow_mut().take_changes().map(Some)
+        self.0.borrow_mut().take_changes(None).map(Some)
     }
 }
 

@@ -15,6 +15,9 @@ pub(crate) struct Store {
     pub(crate) gets: Cell<usize>,
     /// Entries returned by scans so far.
     pub(crate) scanned: Cell<usize>,
+    /// Writes so far, and the encoded bytes of the largest.
+    pub(crate) writes: Cell<usize>,
+    pub(crate) largest_write: Cell<usize>,
     pub(crate) capacity: usize,
 }
 
@@ -24,6 +27,9 @@ impl KvStore for Store {
         Ok(self.data.borrow().get(key).cloned())
     }
     fn write(&self, changes: &Changes) -> Result<()> {
+        self.writes.set(self.writes.get() + 1);
+        self.largest_write
+            .set(self.largest_write.get().max(changes.byte_len()));
         let mut d = self.data.borrow_mut();
         for (k, v) in changes.sorted() {
             match v {
