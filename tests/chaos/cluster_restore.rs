@@ -25,6 +25,23 @@ fn worker_in(cl: &mut Cluster<'_>, tmp: &Path) -> (Child, PathBuf) {
     w
 }
 
+/// Directories `tmp-1` to `tmp-n` in the scenario's directory, one per worker to start.
+fn worker_dirs(s: &Scenario, n: usize) -> Vec<PathBuf> {
+    (1..=n)
+        .map(|i| s._dir.path().join(format!("tmp-{i}")))
+        .collect()
+}
+
+/// Starts a worker in each of `dirs`, each once the one before has joined.
+fn join_workers(cl: &mut Cluster<'_>, coord_log: &Path, dirs: &[PathBuf]) -> Vec<(Child, PathBuf)> {
+    let mut workers = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        workers.push(worker_in(cl, dir));
+        wait_log(coord_log, &format!("worker {} joined", i + 1), 1);
+    }
+    workers
+}
+
 /// The instances (`op<node>-<subtask>`) whose RocksDB databases a worker runs now.
 fn running(tmp: &Path) -> BTreeSet<String> {
     std::fs::read_dir(tmp.join("weir-rocksdb"))
@@ -225,14 +242,8 @@ fn after_a_coordinator_restart_each_worker_restores_only_its_own_instances() {
     // About 20 s of input: the restored attempt runs long enough to be looked at.
     cl.max_rate = 2_000;
     let (mut coord, coord_log) = cl.coordinator();
-    let tmp: Vec<PathBuf> = (1..=2)
-        .map(|i| s._dir.path().join(format!("tmp-{i}")))
-        .collect();
-    let mut workers = Vec::new();
-    for (i, dir) in tmp.iter().enumerate() {
-        workers.push(worker_in(&mut cl, dir));
-        wait_log(&coord_log, &format!("worker {} joined", i + 1), 1);
-    }
+    let tmp = worker_dirs(&s, 2);
+    let workers = join_workers(&mut cl, &coord_log, &tmp);
     wait_checkpoint_after(&s, 2);
     coord.kill().expect("SIGKILL the coordinator");
     coord.wait().expect("reap the coordinator");
@@ -257,14 +268,8 @@ fn after_a_worker_is_replaced_each_worker_restores_only_its_own_instances() {
     cl.workers = 2;
     cl.max_rate = 2_000;
     let (mut coord, coord_log) = cl.coordinator();
-    let tmp: Vec<PathBuf> = (1..=3)
-        .map(|i| s._dir.path().join(format!("tmp-{i}")))
-        .collect();
-    let mut workers = Vec::new();
-    for (i, dir) in tmp[..2].iter().enumerate() {
-        workers.push(worker_in(&mut cl, dir));
-        wait_log(&coord_log, &format!("worker {} joined", i + 1), 1);
-    }
+    let tmp = worker_dirs(&s, 3);
+    let mut workers = join_workers(&mut cl, &coord_log, &tmp[..2]);
     wait_checkpoint_after(&s, 2);
     let (mut victim, _) = workers.remove(1);
     victim.kill().expect("SIGKILL a worker");
@@ -286,14 +291,8 @@ fn after_a_rescale_from_4_to_3_each_worker_restores_only_the_instances_its_subta
     cl.workers = 2;
     cl.max_rate = 2_000;
     let (mut coord, coord_log) = cl.coordinator();
-    let tmp: Vec<PathBuf> = (1..=4)
-        .map(|i| s._dir.path().join(format!("tmp-{i}")))
-        .collect();
-    let mut workers = Vec::new();
-    for (i, dir) in tmp[..2].iter().enumerate() {
-        workers.push(worker_in(&mut cl, dir));
-        wait_log(&coord_log, &format!("worker {} joined", i + 1), 1);
-    }
+    let tmp = worker_dirs(&s, 4);
+    let mut workers = join_workers(&mut cl, &coord_log, &tmp[..2]);
     wait_checkpoint_after(&s, 2);
     // The whole cluster dies; it is started again at parallelism 3 (workers join only the
     // job they were started for, so they are new too).
@@ -302,11 +301,7 @@ fn after_a_rescale_from_4_to_3_each_worker_restores_only_the_instances_its_subta
         child.wait().expect("reap it");
     }
     let (mut coord, coord_log) = cl.coordinator_env(&["--parallelism", "3"], &[]);
-    let mut workers = Vec::new();
-    for (i, dir) in tmp[2..].iter().enumerate() {
-        workers.push(worker_in(&mut cl, dir));
-        wait_log(&coord_log, &format!("worker {} joined", i + 1), 1);
-    }
+    let workers = join_workers(&mut cl, &coord_log, &tmp[2..]);
     check_restore(&s, &coord_log, &[&tmp[2], &tmp[3]], 3);
     expect_success(&mut coord, &coord_log, "the restarted coordinator");
     for (mut w, log) in workers {
