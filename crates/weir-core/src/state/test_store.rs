@@ -16,6 +16,11 @@ pub(crate) struct Store {
     /// Entries returned by scans so far.
     pub(crate) scanned: Cell<usize>,
     pub(crate) capacity: usize,
+    /// A snapshot is being written in the background ([`KvStore::settling`]); `settle`
+    /// counts its calls and ends it.
+    pub(crate) settling: Cell<bool>,
+    /// Calls of [`KvStore::settle`] so far.
+    pub(crate) settles: Cell<usize>,
 }
 
 impl KvStore for Store {
@@ -49,6 +54,14 @@ impl KvStore for Store {
     }
     fn cache_capacity(&self) -> usize {
         self.capacity
+    }
+    fn settle(&self) -> Result<()> {
+        self.settles.set(self.settles.get() + 1);
+        self.settling.set(false);
+        Ok(())
+    }
+    fn settling(&self) -> bool {
+        self.settling.get()
     }
 }
 
