@@ -47,6 +47,19 @@ pub fn peak_rss_kib() -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
+/// CPU time this process has used so far (user + system, all threads), in seconds: on a
+/// machine shared with other work it says what the job cost where events/s says how fast
+/// the share it got let it go.
+pub fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start at field 3.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i)?.parse::<u64>().ok();
+    // utime and stime are fields 14 and 15, in USER_HZ (100 on Linux) ticks.
+    Some((ticks(11)? + ticks(12)?) as f64 / 100.0)
+}
+
 fn dir_bytes(dir: &std::path::Path) -> u64 {
     let mut total = 0;
     if let Ok(rd) = std::fs::read_dir(dir) {
@@ -159,6 +172,7 @@ fn run(
     env: Env,
     results: Arc<AtomicU64>,
 ) -> anyhow::Result<String> {
+    let cpu_start = cpu_seconds();
     let handle = env.execute_async(name)?;
     let addr = handle.web_address();
     let durations = Arc::new(Mutex::new(BTreeMap::<u64, u64>::new()));
@@ -210,6 +224,9 @@ fn run(
         "checkpoints_completed": r.checkpoints_completed,
         "checkpoint_p50_ms": quantile(&d, 0.5),
         "checkpoint_p99_ms": quantile(&d, 0.99),
+        "cpu_s": cpu_seconds()
+            .zip(cpu_start)
+            .map(|(end, start)| ((end - start) * 10.0).round() / 10.0),
         "peak_rss_kib": peak_rss_kib(),
         "state_dir_bytes": state_bytes.load(Ordering::SeqCst),
         "checkpoint_dir_bytes": dir_bytes(&a.dir.join("checkpoints")),

@@ -275,7 +275,11 @@ impl SnapshotJob {
             .map(Changes::sorted)
             .collect();
         if !tables.is_empty() {
-            self.ingest(&tables)?;
+            if self.memtables_empty() {
+                self.ingest(&tables)?;
+            } else {
+                self.write_to_memtable(&tables)?;
+            }
         }
         self.checkpoint()
     }
@@ -284,8 +288,9 @@ impl SnapshotJob {
     /// takes a sequence number above everything in the database, which is right: no write
     /// reaches the database between the barrier and the end of this job.
     ///
-    /// Building the file here, rather than writing the batch into the memtable and
-    /// flushing it, skips the memtable's skip-list inserts and its flush.
+    /// When the memtables are empty, building the file here, rather than writing the batch
+    /// into the memtable and flushing it, skips the memtable's skip-list inserts and its
+    /// flush.
     fn ingest(&self, tables: &[SortedRun<'_>]) -> Result<()> {
         let path = self.root.join(format!("ingest-{}.sst", self.id.0));
         let mut opts = rocksdb::Options::default();
@@ -440,6 +445,12 @@ impl KvStore for RocksStore {
     fn settle(&self) -> Result<()> {
         self.settle_inflight()
     }
+    fn settling(&self) -> bool {
+        self.inflight
+            .borrow()
+            .as_ref()
+            .is_some_and(|h| !h.is_finished())
+    }
 }
 
 /// The RocksDB backend of one keyed operator subtask.
@@ -588,6 +599,9 @@ impl KeyedStateBackend for RocksDbBackend {
         Some(self.store.clone())
     }
 }
+
+#[path = "rocks_memtable.rs"]
+mod memtable;
 
 #[cfg(test)]
 #[path = "rocks_timers_tests.rs"]

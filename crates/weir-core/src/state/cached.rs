@@ -311,11 +311,19 @@ impl<K: Key, V: Data> CachedTable<K, V> {
 
     /// Keeps the cache within its capacity: write the changes back, then evict every entry
     /// not used since the last eviction, and more if those used fill over half the cache.
+    ///
+    /// Eviction starts at [`eviction_start`] of the capacity. An eviction must wait for a
+    /// snapshot still being written in the background (see below); while one is, the
+    /// cache fills the rest of its capacity instead, so the task does not stop for the
+    /// snapshot (with 1 s checkpoints and state far larger than the cache it otherwise
+    /// waited for most snapshots). The capacity stays the bound on the cache's memory.
     fn make_room(&mut self) -> Result<()> {
         if self.entry_bytes == 0 && self.map.len() == SIZE_SAMPLE_AT {
             self.estimate_entry_bytes()?;
         }
-        if self.map.len() >= self.capacity {
+        let len = self.map.len();
+        if len >= eviction_start(self.capacity) && (len >= self.capacity || !self.store.settling())
+        {
             // Clean entries may hold values a background snapshot is still writing, and
             // the store takes no newer value before that snapshot is done.
             self.store.settle()?;
@@ -408,6 +416,13 @@ impl<K: Key, V: Data> CachedTable<K, V> {
         }
         Ok(())
     }
+}
+
+/// The number of entries at which a cache of `capacity` entries evicts when no snapshot
+/// is being written: four fifths of it, leaving the last fifth for the time a background
+/// snapshot takes.
+fn eviction_start(capacity: usize) -> usize {
+    capacity - capacity / 5
 }
 
 pub(super) struct Info<T>(pub(super) Rc<RefCell<T>>);
@@ -523,6 +538,45 @@ mod tests {
         // Evicted keys come back from the store with their values.
         assert_eq!(t.get(&5_000).unwrap(), Some(5_000));
         assert_eq!(store.gets.get(), 1);
+    }
+
+    /// While a snapshot is written in the background the cache fills its last fifth
+    /// instead of waiting for it; at its capacity it waits, and the values it wrote back
+    /// then are all in the store.
+    #[test]
+    fn an_eviction_waits_for_a_background_snapshot_only_at_capacity() {
+        let (store, mut t) = table(100);
+        for k in 0..80u32 {
+            t.put(&k, Some(u64::from(k))).unwrap();
+        }
+        // A checkpoint took the changes; its snapshot is still being written.
+        store.write(&t.take_changes().unwrap()).unwrap();
+        store.settling.set(true);
+        for k in 80..100u32 {
+            t.put(&k, Some(u64::from(k))).unwrap();
+        }
+        assert_eq!((t.map.len(), store.settles.get()), (100, 0));
+        t.put(&100, Some(100)).unwrap();
+        assert_eq!(
+            store.settles.get(),
+            1,
+            "a full cache waits for the snapshot"
+        );
+        assert!(t.map.len() <= 100);
+        // Without a snapshot being written, eviction starts at four fifths.
+        let (store, mut t) = table(100);
+        for k in 0..81u32 {
+            t.put(&k, Some(u64::from(k))).unwrap();
+        }
+        assert_eq!(store.settles.get(), 1);
+        assert!(t.map.len() < 80, "{}", t.map.len());
+        for k in 0..101u32 {
+            assert_eq!(
+                t.get(&k).unwrap(),
+                (k < 81).then_some(u64::from(k)),
+                "key {k}"
+            );
+        }
     }
 
     proptest! {

@@ -198,6 +198,12 @@ pub trait KvStore {
     fn settle(&self) -> Result<()> {
         Ok(())
     }
+    /// True while a snapshot's writes are still running in the background, that is while
+    /// [`settle`](KvStore::settle) would wait. Caches put an eviction off meanwhile (within
+    /// their capacity) rather than stop the task until the snapshot is written.
+    fn settling(&self) -> bool {
+        false
+    }
 }
 
 type SharedBackend = Rc<RefCell<Box<dyn KeyedStateBackend>>>;

@@ -19,6 +19,11 @@ pub(crate) struct Store {
     pub(crate) writes: Cell<usize>,
     pub(crate) largest_write: Cell<usize>,
     pub(crate) capacity: usize,
+    /// A snapshot is being written in the background ([`KvStore::settling`]); `settle`
+    /// counts its calls and ends it.
+    pub(crate) settling: Cell<bool>,
+    /// Calls of [`KvStore::settle`] so far.
+    pub(crate) settles: Cell<usize>,
 }
 
 impl KvStore for Store {
@@ -55,6 +60,14 @@ impl KvStore for Store {
     }
     fn cache_capacity(&self) -> usize {
         self.capacity
+    }
+    fn settle(&self) -> Result<()> {
+        self.settles.set(self.settles.get() + 1);
+        self.settling.set(false);
+        Ok(())
+    }
+    fn settling(&self) -> bool {
+        self.settling.get()
     }
 }
 
