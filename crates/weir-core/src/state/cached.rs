@@ -550,7 +550,7 @@ mod tests {
             t.put(&k, Some(u64::from(k))).unwrap();
         }
         // A checkpoint took the changes; its snapshot is still being written.
-        store.write(&t.take_changes().unwrap()).unwrap();
+        store.write(&t.take_changes(None).unwrap()).unwrap();
         store.settling.set(true);
         for k in 80..100u32 {
             t.put(&k, Some(u64::from(k))).unwrap();
