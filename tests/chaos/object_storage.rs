@@ -206,42 +206,32 @@ fn savepoint_stop_inspect_restore_elsewhere_rescaled_and_fall_back_on_s3() {
 
     // Restore elsewhere, at parallelism 3, stopped part-way by a kill. The newest
     // checkpoint is damaged below, so a restart must fall back past it: that replays only
-    // output nobody committed yet when the kill landed before the sinks committed it
-    // (otherwise the restore refuses, as it must; then resume and kill again).
+    // output nobody committed yet, so the kill lands right after the run's third checkpoint
+    // is complete and before any sink hears of it (fail point `checkpoint.after_metadata`).
     s.checkpoints = PathBuf::from(s3::url("operator-second"));
     let second = prefix_of(&s.checkpoints);
-    let mut from_savepoint = Some(savepoint.clone());
-    let mut newest = None;
-    for _ in 0..12 {
-        let mut cmd = s.command(3, Some(5_000), 100);
-        if let Some(sp) = from_savepoint.take() {
-            cmd.arg("--from-savepoint").arg(sp);
-        }
-        let mut resumed = cmd.envs(server.env()).spawn().expect("resume file_sum");
-        let before = complete_on_server(server, &second)
-            .last()
-            .copied()
-            .unwrap_or(0);
-        wait_for(
-            "two more checkpoints in the new prefix",
-            Duration::from_secs(60),
-            || {
-                complete_on_server(server, &second)
-                    .iter()
-                    .filter(|&&id| id > before)
-                    .count()
-                    >= 2
-            },
-        );
-        resumed.kill().unwrap();
-        resumed.wait().unwrap();
-        let last = *complete_on_server(server, &second).last().unwrap();
-        if newest_committed_output(&s.output).is_none_or(|c| c < last) {
-            newest = Some(last);
-            break;
-        }
-    }
-    let newest = newest.expect("in 12 runs, a kill landed before the newest checkpoint's commit");
+    let out = s
+        .command(3, Some(5_000), 100)
+        .arg("--from-savepoint")
+        .arg(&savepoint)
+        .envs(server.env())
+        .env("WEIR_FAILPOINTS", "checkpoint.after_metadata=3*kill")
+        .output()
+        .expect("resume file_sum");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        out.status.signal(),
+        Some(9),
+        "the fail point did not kill file_sum:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let newest = *complete_on_server(server, &second)
+        .last()
+        .expect("checkpoints in the new prefix");
+    assert!(
+        newest_committed_output(&s.output).is_none_or(|c| c < newest),
+        "checkpoint {newest}'s output was committed before the kill"
+    );
     // Damage the newest checkpoint's state object on the server (truncated to nothing).
     let state = server
         .files(s3::BUCKET, &format!("{second}/chk-{newest:020}"))
