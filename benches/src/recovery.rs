@@ -339,7 +339,10 @@ impl KeyedProcessFunction<u64, (u64, i64), u64> for Fill {
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_nanos())
                 .unwrap_or(0);
-            std::fs::write(&path, now.to_string())
+            // Written whole, then renamed: the benchmark reads it as soon as it exists.
+            let part = path.with_extension("part");
+            std::fs::write(&part, now.to_string())
+                .and_then(|()| std::fs::rename(&part, &path))
                 .map_err(|e| weir::Error::io(path.display(), e))?;
         }
         if v < 0 {
