@@ -119,9 +119,10 @@ fn sigkill_under_backpressure_with_unaligned_checkpoints() {
 }
 
 /// Found by the test above: kafka_sum under backpressure with unaligned checkpoints, at
-/// parallelism 2, is killed once its first checkpoint that stored in-flight records is
+/// parallelism 2, is killed once its second checkpoint that stored in-flight records is
 /// complete and before any sink commits it (fail point
-/// `checkpoint.after_metadata_with_channel_state`), then resumed at parallelism 3. The
+/// `checkpoint.after_metadata_with_channel_state=2*kill`: by the first, the sinks may not
+/// have written anything yet), then resumed at parallelism 3. The
 /// sink subtasks that write their uncommitted transactions again do so slowly
 /// (`kafka.during_replay` sleeps 3 s halfway through each), while the new subtask 2 replays in-flight
 /// records of keys that old subtask 1's output holds too. Those replays must wait for the
@@ -150,7 +151,7 @@ fn replayed_in_flight_records_wait_for_every_sink_subtasks_restore() {
     };
     let (status, err) = Running::start(&mut cmd(
         "2",
-        "checkpoint.after_metadata_with_channel_state=kill",
+        "checkpoint.after_metadata_with_channel_state=2*kill",
     ))
     .wait_within(Duration::from_secs(120));
     use std::os::unix::process::ExitStatusExt;
