@@ -40,6 +40,11 @@ pub struct RecoveryArgs {
     /// Keep the working directory.
     #[arg(long)]
     pub keep: bool,
+    /// Skip the build: crash-restart again from the kept working directory of an earlier
+    /// run (`--keep`) with the same `--keys` and `--value-bytes`, so that one large state
+    /// serves several measurements. Implies `--keep`.
+    #[arg(long)]
+    pub again: bool,
 }
 
 /// The flags of the hidden `weir-bench recovery-child`.
@@ -63,6 +68,16 @@ pub struct ChildArgs {
 /// Runs the benchmark; its JSON line.
 pub fn run(a: &RecoveryArgs) -> anyhow::Result<String> {
     let dir = &a.dir;
+    if a.again {
+        if latest_complete(&dir.join("ck")).is_none() {
+            anyhow::bail!(
+                "{} holds no complete checkpoint; --again restarts from the kept directory \
+                 of an earlier run (--keep)",
+                dir.display()
+            );
+        }
+        return measure(a);
+    }
     if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
         anyhow::bail!(
             "{} is not empty; give the benchmark a new directory",
@@ -77,10 +92,10 @@ pub fn run(a: &RecoveryArgs) -> anyhow::Result<String> {
     result
 }
 
-fn measure(a: &RecoveryArgs) -> anyhow::Result<String> {
+/// Runs the build phase until a checkpoint after its last key is complete, then kills it;
+/// the seconds it took.
+fn build_state(a: &RecoveryArgs, started: Instant) -> anyhow::Result<f64> {
     let dir = &a.dir;
-    let restore_p = a.restore_parallelism.unwrap_or(a.parallelism);
-    let started = Instant::now();
     let mut build = child(a, "build", a.parallelism)?;
     let built = (0..a.parallelism).map(|s| dir.join(format!("built-{s}")));
     let built: Vec<PathBuf> = built.collect();
@@ -95,8 +110,23 @@ fn measure(a: &RecoveryArgs) -> anyhow::Result<String> {
     })?;
     build.kill()?;
     build.wait()?;
-    let build_s = started.elapsed().as_secs_f64();
+    Ok(started.elapsed().as_secs_f64())
+}
+
+fn measure(a: &RecoveryArgs) -> anyhow::Result<String> {
+    let dir = &a.dir;
+    let restore_p = a.restore_parallelism.unwrap_or(a.parallelism);
+    let started = Instant::now();
+    let build_s = if a.again {
+        for s in 0..restore_p.max(a.parallelism) * 4 {
+            let _ = std::fs::remove_file(dir.join(format!("first-{s}")));
+        }
+        None
+    } else {
+        Some(build_state(a, started)?)
+    };
     let state_bytes = dir_bytes(&dir.join("ck").join("shared"));
+    let checkpoint_bytes = full_bytes(&dir.join("ck"));
     let t0 = SystemTime::now();
     let mut restore = child(a, "restore", restore_p)?;
     let firsts: Vec<PathBuf> = (0..restore_p)
@@ -136,7 +166,9 @@ fn measure(a: &RecoveryArgs) -> anyhow::Result<String> {
         "local_recovery": !a.no_local_recovery,
         "local_copies_used": local_copies,
         "state_bytes": state_bytes,
-        "build_s": round(build_s),
+        "checkpoint_bytes": checkpoint_bytes,
+        "build_s": build_s.map(round),
+        "again": a.again,
         "first_record_s": round(first),
         "all_subtasks_s": round(all),
     })
@@ -201,6 +233,16 @@ fn latest_complete(ck: &Path) -> Option<u64> {
         .filter(|e| e.path().join("_metadata").exists())
         .filter_map(|e| e.file_name().to_str()?.strip_prefix("chk-")?.parse().ok())
         .max()
+}
+
+/// The size of everything the newest complete checkpoint in `ck` references (its
+/// manifest's `full_bytes`): the state a restore starts from. `state_bytes` counts the
+/// shared directory, which also holds files only older checkpoints still reference.
+fn full_bytes(ck: &Path) -> Option<u64> {
+    let id = latest_complete(ck)?;
+    let path = ck.join(format!("chk-{id:020}")).join("_metadata");
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    manifest["stats"]["full_bytes"].as_u64()
 }
 
 fn dir_bytes(dir: &Path) -> u64 {

@@ -96,11 +96,22 @@ pub trait Output<T> {
     fn record(&mut self, value: T, ts: Timestamp) -> Result<()>;
     /// Takes a control event; implementations forward it downstream after handling it.
     fn control(&mut self, event: Control) -> Result<()>;
+    /// Sees a batch of records that [`Output::record`] is about to get one by one, in
+    /// that order: a keyed operator on RocksDB loads their keys' state with one batched
+    /// read. Nothing else may change: the records still come through `record`. Wrappers
+    /// pass it on; by default nothing happens.
+    fn prefetch(&mut self, batch: &[(T, Timestamp)]) -> Result<()> {
+        let _ = batch;
+        Ok(())
+    }
 }
 
 impl<T, O: Output<T> + ?Sized> Output<T> for Box<O> {
     fn record(&mut self, value: T, ts: Timestamp) -> Result<()> {
         (**self).record(value, ts)
+    }
+    fn prefetch(&mut self, batch: &[(T, Timestamp)]) -> Result<()> {
+        (**self).prefetch(batch)
     }
     fn control(&mut self, event: Control) -> Result<()> {
         (**self).control(event)
@@ -279,6 +290,9 @@ impl<T> Output<T> for LatencyObserved<T> {
     fn record(&mut self, value: T, ts: Timestamp) -> Result<()> {
         self.inner.record(value, ts)
     }
+    fn prefetch(&mut self, batch: &[(T, Timestamp)]) -> Result<()> {
+        self.inner.prefetch(batch)
+    }
     fn control(&mut self, event: Control) -> Result<()> {
         match event {
             Control::LatencyMarker(m) => {
@@ -296,6 +310,9 @@ impl<T> Output<T> for Counted<T> {
         self.count += 1;
         self.records.store(self.count, Ordering::Relaxed);
         self.inner.record(value, ts)
+    }
+    fn prefetch(&mut self, batch: &[(T, Timestamp)]) -> Result<()> {
+        self.inner.prefetch(batch)
     }
     fn control(&mut self, event: Control) -> Result<()> {
         if let Control::Watermark(w) = event {

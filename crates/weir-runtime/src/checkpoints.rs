@@ -56,7 +56,8 @@ impl OperatorNames {
     }
 }
 
-/// Writes checkpoint `id` from the tasks' acknowledgements and returns its path.
+/// Writes checkpoint `id` from the tasks' acknowledgements; returns its path and the bytes
+/// it wrote (files it shares with earlier checkpoints not counted).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_checkpoint(
     storage: &CheckpointStorage,
@@ -68,7 +69,7 @@ pub(crate) fn write_checkpoint(
     stops_job: bool,
     acks: Vec<(TaskKey, BTreeMap<String, OperatorSnapshot>)>,
     stats: &weir_checkpoint::CheckpointStats,
-) -> Result<PathBuf> {
+) -> Result<(PathBuf, u64)> {
     let writer = storage.begin(id, kind).map_err(storage_err)?;
     let mut operators: BTreeMap<usize, OperatorManifest> = BTreeMap::new();
     // Sizes of what this checkpoint writes, and of everything it references.
@@ -168,7 +169,7 @@ pub(crate) fn write_checkpoint(
         // be restored afterwards, even when the savepoint is moved away.
         storage.record_stop(id, &path).map_err(storage_err)?;
     }
-    Ok(path)
+    Ok((path, written))
 }
 
 /// Stores one operator's snapshot of one subtask through `writer`: its state file, then the

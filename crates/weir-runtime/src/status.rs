@@ -600,12 +600,19 @@ impl JobStatus {
         }
     }
 
-    /// Checkpoint `id` is in storage at `path`.
-    pub(crate) fn checkpoint_completed(&self, id: CheckpointId, path: &std::path::Path) {
+    /// Checkpoint `id` is in storage at `path`, having written `bytes` (the files of a
+    /// persistent backend included, those shared with earlier checkpoints not).
+    pub(crate) fn checkpoint_completed(
+        &self,
+        id: CheckpointId,
+        path: &std::path::Path,
+        bytes: u64,
+    ) {
         let mut i = self.inner();
         i.completed += 1;
         if let Some(c) = self.checkpoint(&mut i, id) {
             i.checkpoints[c].status = "COMPLETED";
+            i.checkpoints[c].size_bytes = Some(bytes);
             i.checkpoints[c].path = Some(path.display().to_string());
             let acks = i.checkpoints[c].acks.clone();
             for t in &i.tasks {

@@ -55,6 +55,10 @@ impl<T: Data> Output<T> for Metered<T> {
         self.inner.record(value, ts)
     }
 
+    fn prefetch(&mut self, batch: &[(T, Timestamp)]) -> Result<()> {
+        self.inner.prefetch(batch)
+    }
+
     fn control(&mut self, event: Control) -> Result<()> {
         self.inner.control(event)
     }

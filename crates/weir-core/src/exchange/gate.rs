@@ -194,6 +194,7 @@ impl<T: Data> TypedGate<T> {
     ) -> Result<GateEvent> {
         let n = batch.len();
         let mut input = self.input.borrow_mut();
+        input.prefetch(&batch)?;
         let mut records = batch.into_iter();
         let mut delivered = 0;
         let mut size = 0;

@@ -442,6 +442,17 @@ impl<K: Key, I, O: Data, P: KeyedProcessFunction<K, I, O>> Output<I> for KeyedPr
         self.side.drain(ts)
     }
 
+    fn prefetch(&mut self, batch: &[(I, Timestamp)]) -> Result<()> {
+        if !self.state.prefetches() || batch.len() < 2 {
+            return Ok(());
+        }
+        let (key_fn, state) = (&self.key_fn, &self.state);
+        guard(&self.info, || {
+            let keys: Vec<K> = batch.iter().map(|(v, _)| key_fn(v)).collect();
+            state.prefetch(&keys)
+        })
+    }
+
     fn control(&mut self, event: Control) -> Result<()> {
         match event {
             Control::Watermark(w) => {

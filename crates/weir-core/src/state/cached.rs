@@ -19,6 +19,9 @@ use rustc_hash::FxHashMap;
 use std::cell::RefCell;
 use std::rc::Rc;
 
+mod prefetch;
+pub(crate) use prefetch::Prefetch;
+
 struct Slot<V> {
     value: Option<V>,
     dirty: bool,
@@ -37,6 +40,14 @@ pub struct CachedTable<K, V> {
     group: fn(&K, usize) -> u32,
     /// Memory one entry takes, estimated from encoded sizes (0: not estimated yet).
     entry_bytes: usize,
+    /// Reads (cached or not) since the last [`CachedTable::prefetch`], and the number of
+    /// records of that batch: a table read for fewer than half of them loads nothing
+    /// ahead of the next batch.
+    reads: usize,
+    last_batch: usize,
+    /// The number of cached entries at which the next estimate of `entry_bytes` is made
+    /// while there is none.
+    sample_at: usize,
 }
 
 /// Entries a cache holds before it estimates their size to size itself in bytes.
@@ -228,6 +239,9 @@ impl<K: Key, V: Data> CachedTable<K, V> {
             entry_bytes: 0,
             store,
             group,
+            reads: 0,
+            last_batch: 0,
+            sample_at: SIZE_SAMPLE_AT,
         }
     }
 
@@ -239,6 +253,7 @@ impl<K: Key, V: Data> CachedTable<K, V> {
 
     /// The value of `k`.
     pub(crate) fn get(&mut self, k: &K) -> Result<Option<V>> {
+        self.reads += 1;
         if let Some(slot) = self.map.get_mut(k) {
             slot.used = true;
             return Ok(slot.value.clone());
@@ -285,6 +300,7 @@ impl<K: Key, V: Data> CachedTable<K, V> {
     /// The cache slot of `k`, loaded from the store if it is not cached (a newly loaded
     /// slot counts as used only from its next access, as with [`Self::get`]).
     fn slot(&mut self, k: &K) -> Result<&mut Slot<V>> {
+        self.reads += 1;
         if self.map.contains_key(k) {
             let slot = self.map.get_mut(k).expect("checked above");
             slot.used = true;
@@ -318,7 +334,7 @@ impl<K: Key, V: Data> CachedTable<K, V> {
     /// snapshot (with 1 s checkpoints and state far larger than the cache it otherwise
     /// waited for most snapshots). The capacity stays the bound on the cache's memory.
     fn make_room(&mut self) -> Result<()> {
-        if self.entry_bytes == 0 && self.map.len() == SIZE_SAMPLE_AT {
+        if self.entry_bytes == 0 && self.map.len() >= self.sample_at {
             self.estimate_entry_bytes()?;
         }
         let len = self.map.len();
@@ -348,15 +364,27 @@ impl<K: Key, V: Data> CachedTable<K, V> {
     /// Estimates the memory of one entry from the encoded sizes of a sample of cached
     /// entries (a value takes about its encoded size on the heap, and its encoded copy
     /// as much again while a checkpoint writes it), and resizes the cache to it.
+    ///
+    /// Only entries with a value count: a cache that loaded the keys of a batch ahead of
+    /// it holds many keys with no value yet, which would make the estimate, and so the
+    /// cache's size in bytes, far off. With no value among the first
+    /// [`SIZE_SAMPLE_AT`] entries, nothing is estimated yet.
     fn estimate_entry_bytes(&mut self) -> Result<()> {
         let mut buf = Vec::new();
         let mut n = 0;
-        for (k, slot) in self.map.iter().take(64) {
+        let with_values = self.map.iter().take(SIZE_SAMPLE_AT);
+        for (k, v) in with_values
+            .filter_map(|(k, s)| Some((k, s.value.as_ref()?)))
+            .take(64)
+        {
             codec::encode_into(k, &mut buf)?;
-            if let Some(v) = &slot.value {
-                codec::encode_into(v, &mut buf)?;
-            }
+            codec::encode_into(v, &mut buf)?;
             n += 1;
+        }
+        if n == 0 {
+            // Again once as many entries more are cached.
+            self.sample_at = self.map.len() + SIZE_SAMPLE_AT;
+            return Ok(());
         }
         self.set_entry_bytes(buf.len(), n);
         self.capacity = self.store.cache_capacity_for(self.entry_bytes).max(1);

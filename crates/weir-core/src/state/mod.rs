@@ -174,6 +174,20 @@ pub struct BackendSnapshot {
 pub trait KvStore {
     /// The value under `key`.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Reads the values under `keys` (sorted, each once) and hands each to `each` with
+    /// its index in `keys`, in order: one batched read where the store has one (RocksDB's
+    /// MultiGet), a [`get`](KvStore::get) per key otherwise. The value is borrowed from
+    /// the store's block cache where it can be, not copied.
+    fn multi_get(
+        &self,
+        keys: &[&[u8]],
+        each: &mut dyn FnMut(usize, Option<&[u8]>) -> Result<()>,
+    ) -> Result<()> {
+        for (i, k) in keys.iter().enumerate() {
+            each(i, self.get(k)?.as_deref())?;
+        }
+        Ok(())
+    }
     /// Applies a table's changes (puts and deletes) atomically; [`Changes::sorted`] gives
     /// them in key order.
     fn write(&self, changes: &Changes) -> Result<()>;
@@ -215,6 +229,8 @@ pub(crate) type SharedTable<SK, V> = Rc<RefCell<CachedTable<SK, V>>>;
 pub struct StateContext<K> {
     key: Rc<KeyContext<K>>,
     backend: SharedBackend,
+    /// The value tables in the store, which load a batch's keys ahead of it.
+    prefetch: Vec<Rc<dyn cached::Prefetch<K>>>,
 }
 
 impl<K: Key> StateContext<K> {
@@ -223,12 +239,30 @@ impl<K: Key> StateContext<K> {
         StateContext {
             key,
             backend: Rc::new(RefCell::new(backend)),
+            prefetch: Vec::new(),
         }
     }
 
     /// The shared current-key context.
     pub fn key_context(&self) -> &Rc<KeyContext<K>> {
         &self.key
+    }
+
+    /// True when the operator has value tables in a store (the RocksDB backend), which
+    /// [`StateContext::prefetch`] loads ahead of a batch.
+    pub fn prefetches(&self) -> bool {
+        !self.prefetch.is_empty()
+    }
+
+    /// Loads the values the keys of a batch of records (`keys`, the batch's in order)
+    /// have in the operator's value tables and that their caches do not hold, with one
+    /// batched read per table, before the records are processed one by one. Tables
+    /// the records do not read, and the heap backend, load nothing.
+    pub fn prefetch(&self, keys: &[K]) -> Result<()> {
+        for t in &self.prefetch {
+            t.prefetch(keys)?;
+        }
+        Ok(())
     }
 
     /// Total entries over all of the operator's state tables.
@@ -272,6 +306,7 @@ impl<K: Key> StateContext<K> {
         self.backend
             .borrow_mut()
             .register(name, Rc::new(cached::Info(t.clone())))?;
+        self.prefetch.push(t.clone());
         Ok(t)
     }
 

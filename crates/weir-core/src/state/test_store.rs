@@ -13,6 +13,9 @@ pub(crate) struct Store {
     pub(crate) data: RefCell<BTreeMap<Vec<u8>, Vec<u8>>>,
     /// Point reads so far.
     pub(crate) gets: Cell<usize>,
+    /// Batched reads so far, and the keys they asked for.
+    pub(crate) multi_gets: Cell<usize>,
+    pub(crate) multi_got: Cell<usize>,
     /// Entries returned by scans so far.
     pub(crate) scanned: Cell<usize>,
     /// Writes so far, and the encoded bytes of the largest.
@@ -30,6 +33,21 @@ impl KvStore for Store {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.gets.set(self.gets.get() + 1);
         Ok(self.data.borrow().get(key).cloned())
+    }
+    fn multi_get(
+        &self,
+        keys: &[&[u8]],
+        each: &mut dyn FnMut(usize, Option<&[u8]>) -> Result<()>,
+    ) -> Result<()> {
+        assert!(keys.is_sorted(), "a batched read takes its keys sorted");
+        assert!(keys.windows(2).all(|w| w[0] != w[1]), "and each once");
+        self.multi_gets.set(self.multi_gets.get() + 1);
+        self.multi_got.set(self.multi_got.get() + keys.len());
+        let data = self.data.borrow();
+        for (i, k) in keys.iter().enumerate() {
+            each(i, data.get(*k).map(Vec::as_slice))?;
+        }
+        Ok(())
     }
     fn write(&self, changes: &Changes) -> Result<()> {
         self.writes.set(self.writes.get() + 1);

@@ -58,6 +58,7 @@ fn write(
         acks,
         &stats(),
     )
+    .map(|(path, _)| path)
 }
 
 /// Loads a checkpoint and reads every file it lists, as a restore does.
@@ -189,7 +190,7 @@ fn snapshots_stored_by_workers_are_referenced_by_the_manifest() {
         (1, CheckpointKind::Checkpoint),
         (2, CheckpointKind::Savepoint),
     ] {
-        let path = write_checkpoint(
+        let (path, _) = write_checkpoint(
             &coordinator,
             "job",
             &names(),

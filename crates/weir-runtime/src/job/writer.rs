@@ -155,10 +155,14 @@ impl CheckpointWriter {
                             failpoint::hit("checkpoint.after_metadata_with_channel_state");
                         }
                     }
+                    // What the checkpoint wrote: the tasks' acknowledgements do not
+                    // count the files a persistent backend's snapshot stores here.
+                    let bytes = result.as_ref().map_or(stats.bytes, |(_, written)| *written);
+                    let result = result.map(|(path, _)| path);
                     let _ = done.send(Written {
                         id,
                         kind,
-                        bytes: stats.bytes,
+                        bytes,
                         duration: stats.duration,
                         alignment: stats.max_alignment,
                         result,
@@ -226,7 +230,7 @@ pub(super) fn on_written(
             m.duration_seconds.observe(duration.as_secs_f64());
             m.size_histogram.observe(bytes as f64);
             // After the metrics: whoever sees it complete in the API finds it counted.
-            status.checkpoint_completed(id, &path);
+            status.checkpoint_completed(id, &path, bytes);
             let duration_ms = duration.as_millis() as u64;
             if kind == CheckpointKind::Savepoint {
                 tracing::info!(

@@ -44,7 +44,8 @@ fn a_checkpoint_is_in_progress_then_completed_failed_or_abandoned() {
         tasks: Vec::new(),
     };
     s.checkpoint_acknowledged(CheckpointId(1), &stats);
-    s.checkpoint_completed(CheckpointId(1), std::path::Path::new("/ck/chk-1"));
+    // The checkpoint wrote more than the tasks acknowledged (a backend's files).
+    s.checkpoint_completed(CheckpointId(1), std::path::Path::new("/ck/chk-1"), 4_096);
     s.checkpoint_triggered(CheckpointId(2), CheckpointKind::Savepoint);
     s.checkpoint_failed(CheckpointId(2), "timed out".into());
     s.checkpoint_triggered(CheckpointId(3), CheckpointKind::Checkpoint);
@@ -71,6 +72,7 @@ fn a_checkpoint_is_in_progress_then_completed_failed_or_abandoned() {
     assert_eq!(latest["path"], "/ck/chk-1");
     assert_eq!(latest["duration_ms"], 12);
     assert_eq!(latest["alignment_ms"], 3);
+    assert_eq!(latest["size_bytes"], 4_096, "what the checkpoint wrote");
     assert_eq!(latest["acks"][0]["operator"], "double");
     assert_eq!(latest["acks"][0]["subtask"], 1);
     assert_eq!(latest["acks"][0]["size_bytes"], 40);
