@@ -124,14 +124,6 @@ pub(crate) fn db_options(memory: &SlotMemory) -> rocksdb::Options {
     // key): bloom filters answer those without reading data blocks, in the memtable
     // and in every SST file.
     table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
-    // Partitioned index and filters: with state far larger than the block cache, a file's
-    // whole filter block (megabytes for a large file) was evicted by data blocks and read
-    // and checksummed again for nearly every point read (a sliding window over 1M keys
-    // spent 80% of its time there). Partitions load only the 4 KiB piece a key needs; the
-    // small top-level index of each file stays pinned in the cache.
-    table.set_index_type(rocksdb::BlockBasedIndexType::TwoLevelIndexSearch);
-    table.set_partition_filters(true);
-    table.set_pin_top_level_index_and_filter(true);
     opts.set_memtable_whole_key_filtering(true);
     opts.set_memtable_prefix_bloom_ratio(0.1);
     opts.set_block_based_table_factory(&table);
@@ -306,14 +298,6 @@ impl SnapshotJob {
         opts.set_compression_type(rocksdb::DBCompressionType::None);
         let mut table = rocksdb::BlockBasedOptions::default();
         table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
-        // Partitioned index and filters: with state far larger than the block cache, a file's
-        // whole filter block (megabytes for a large file) was evicted by data blocks and read
-        // and checksummed again for nearly every point read (a sliding window over 1M keys
-        // spent 80% of its time there). Partitions load only the 4 KiB piece a key needs; the
-        // small top-level index of each file stays pinned in the cache.
-        table.set_index_type(rocksdb::BlockBasedIndexType::TwoLevelIndexSearch);
-        table.set_partition_filters(true);
-        table.set_pin_top_level_index_and_filter(true);
         opts.set_block_based_table_factory(&table);
         let mut writer = rocksdb::SstFileWriter::create(&opts);
         writer
