@@ -405,11 +405,7 @@ impl KvStore for RocksStore {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.db().get(key).map_err(|e| err("get", &self.dir, e))
     }
-    fn multi_get(
-        &self,
-        keys: &[&[u8]],
-        each: &mut dyn FnMut(usize, Option<&[u8]>) -> Result<()>,
-    ) -> Result<()> {
+    fn multi_get(&self, keys: &[&[u8]], each: &mut weir_core::state::EachValue<'_>) -> Result<()> {
         let db = self.db();
         let Some(cf) = db.cf_handle("default") else {
             for (i, k) in keys.iter().enumerate() {

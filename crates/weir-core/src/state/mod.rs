@@ -178,11 +178,7 @@ pub trait KvStore {
     /// its index in `keys`, in order: one batched read where the store has one (RocksDB's
     /// MultiGet), a [`get`](KvStore::get) per key otherwise. The value is borrowed from
     /// the store's block cache where it can be, not copied.
-    fn multi_get(
-        &self,
-        keys: &[&[u8]],
-        each: &mut dyn FnMut(usize, Option<&[u8]>) -> Result<()>,
-    ) -> Result<()> {
+    fn multi_get(&self, keys: &[&[u8]], each: &mut EachValue<'_>) -> Result<()> {
         for (i, k) in keys.iter().enumerate() {
             each(i, self.get(k)?.as_deref())?;
         }
@@ -221,6 +217,10 @@ pub trait KvStore {
 }
 
 type SharedBackend = Rc<RefCell<Box<dyn KeyedStateBackend>>>;
+
+/// What [`KvStore::multi_get`] hands each value to: its index among the keys, and the
+/// value (`None`: no value under that key).
+pub type EachValue<'a> = dyn FnMut(usize, Option<&[u8]>) -> Result<()> + 'a;
 
 /// A cached table shared by an operator and its backend.
 pub(crate) type SharedTable<SK, V> = Rc<RefCell<CachedTable<SK, V>>>;

@@ -34,11 +34,7 @@ impl KvStore for Store {
         self.gets.set(self.gets.get() + 1);
         Ok(self.data.borrow().get(key).cloned())
     }
-    fn multi_get(
-        &self,
-        keys: &[&[u8]],
-        each: &mut dyn FnMut(usize, Option<&[u8]>) -> Result<()>,
-    ) -> Result<()> {
+    fn multi_get(&self, keys: &[&[u8]], each: &mut super::EachValue<'_>) -> Result<()> {
         assert!(keys.is_sorted(), "a batched read takes its keys sorted");
         assert!(keys.windows(2).all(|w| w[0] != w[1]), "and each once");
         self.multi_gets.set(self.multi_gets.get() + 1);
