@@ -38,7 +38,8 @@ def main(src, dst):
             if not line:
                 continue
             run = json.loads(line)
-            gb = run["state_bytes"] / 1e9
+            # The restored checkpoint's size where the run reports it.
+            gb = (run.get("checkpoint_bytes") or run["state_bytes"]) / 1e9
             series.setdefault(series_of(run), []).append((gb, run["first_record_s"]))
     xmax = max(x for pts in series.values() for x, _ in pts) * 1.1
     ymax = max(max(y for pts in series.values() for _, y in pts) * 1.2, 2.5)
