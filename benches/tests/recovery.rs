@@ -4,21 +4,22 @@
 
 mod support;
 
+/// A small state: 3,000 keys of 100 bytes, built at parallelism 2.
+const SMALL: [&str; 7] = [
+    "recovery",
+    "--keys",
+    "3000",
+    "--value-bytes",
+    "100",
+    "--parallelism",
+    "2",
+];
+
 fn run(extra: &[&str]) -> serde_json::Value {
     let dir = tempfile::tempdir().expect("temp dir");
     let work = dir.path().join("work");
-    let mut args = vec![
-        "recovery",
-        "--keys",
-        "3000",
-        "--value-bytes",
-        "100",
-        "--parallelism",
-        "2",
-        "--dir",
-        work.to_str().expect("a UTF-8 temp path"),
-    ];
-    args.extend_from_slice(extra);
+    let w = work.to_str().expect("a UTF-8 temp path");
+    let args = [&SMALL[..], &["--dir", w], extra].concat();
     let v = support::bench(&args);
     assert!(!work.exists(), "the benchmark removes its data");
     assert_eq!(v["keys"], 3000);
@@ -59,15 +60,7 @@ fn the_recovery_benchmark_restarts_again_from_a_kept_directory() {
     let dir = tempfile::tempdir().expect("temp dir");
     let work = dir.path().join("work");
     let w = work.to_str().expect("a UTF-8 temp path");
-    let base = [
-        "recovery",
-        "--keys",
-        "3000",
-        "--value-bytes",
-        "100",
-        "--parallelism",
-        "2",
-    ];
+    let base = SMALL;
     let first = support::bench(&[&base[..], &["--dir", w, "--keep"]].concat());
     assert!(first["build_s"].as_f64().is_some(), "{first}");
     assert!(work.join("ck").exists(), "--keep keeps the checkpoints");
