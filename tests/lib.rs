@@ -221,14 +221,25 @@ pub fn unique(prefix: &str) -> String {
 
 /// Waits for a child process with a deadline; kills it and fails the test if it hangs.
 pub fn wait_within(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    try_wait_within(child, limit)
+        .unwrap_or_else(|| panic!("the child process did not exit within {limit:?}"))
+}
+
+/// Waits for a child process with a deadline; `None` (after killing it) if it hangs, so
+/// the caller can say more about it (its log).
+pub fn try_wait_within(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> Option<std::process::ExitStatus> {
     let deadline = std::time::Instant::now() + limit;
     loop {
         if let Some(status) = child.try_wait().expect("wait for a child process") {
-            return status;
+            return Some(status);
         }
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
-            panic!("the child process did not exit within {limit:?}");
+            let _ = child.wait();
+            return None;
         }
         std::thread::sleep(Duration::from_millis(10));
     }

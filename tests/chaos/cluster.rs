@@ -247,7 +247,14 @@ fn signal(child: &Child, sig: &str) {
 
 /// Waits for a process to exit 0; on failure shows its log.
 pub(super) fn expect_success(child: &mut Child, log: &Path, what: &str) {
-    let status = wait_within(child, Duration::from_secs(120));
+    let limit = Duration::from_secs(120);
+    let Some(status) = weir_tests::try_wait_within(child, limit) else {
+        panic!(
+            "{what} did not exit within {limit:?}:
+{}",
+            read(log)
+        );
+    };
     assert!(status.success(), "{what} failed: {status}\n{}", read(log));
 }
 
