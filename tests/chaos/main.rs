@@ -26,6 +26,7 @@ mod object_storage;
 mod ownership;
 mod property;
 mod restarts;
+mod restore_verification;
 mod rocks_windows;
 mod storage;
 mod tables;

@@ -180,6 +180,48 @@ pub struct RestoreState {
     /// The event time to resume from: the minimum of the old subtasks' watermarks, or
     /// `None` when one of them had none (a checkpoint from before watermarks were stored).
     pub watermark: Option<crate::time::Timestamp>,
+    /// Passes once the checkpoint restored from is known sound: a sink waits on it before
+    /// it restores (and so commits) the checkpoint's pending output.
+    pub verified: RestoreGate,
+}
+
+/// Waits until the checkpoint a job restores from is known sound.
+///
+/// A restore may start the job while the checkpoint's files are still being verified
+/// (docs/checkpoints.md, section 4). Nothing may be committed from a checkpoint that turns
+/// out corrupt, so a sink waits on the gate before it commits the output the checkpoint
+/// pre-committed. The default gate is open.
+///
+/// ```
+/// use weir_core::checkpoint::RestoreGate;
+/// assert!(RestoreGate::default().wait().is_ok());
+/// let bad = RestoreGate::new(|| Err(weir_core::Error::Config("000012.sst is corrupt".into())));
+/// assert!(bad.wait().unwrap_err().to_string().contains("000012.sst"));
+/// ```
+#[derive(Clone, Default)]
+pub struct RestoreGate(Option<std::sync::Arc<dyn Fn() -> crate::Result<()> + Send + Sync>>);
+
+impl RestoreGate {
+    /// A gate that passes when `wait` returns `Ok` (blocking until it knows).
+    pub fn new(wait: impl Fn() -> crate::Result<()> + Send + Sync + 'static) -> Self {
+        RestoreGate(Some(std::sync::Arc::new(wait)))
+    }
+
+    /// Blocks until the restored checkpoint is known sound (`Ok`) or not (the error says
+    /// why).
+    pub fn wait(&self) -> crate::Result<()> {
+        self.0.as_ref().map_or(Ok(()), |wait| wait())
+    }
+}
+
+impl std::fmt::Debug for RestoreGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "RestoreGate(verifying)"
+        } else {
+            "RestoreGate(open)"
+        })
+    }
 }
 
 /// One old subtask's persistent-backend instance as a restore finds it: the key groups it

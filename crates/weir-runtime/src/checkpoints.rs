@@ -17,7 +17,7 @@ use weir_core::{Error, Result, codec};
 /// Restored state by node index, then by new subtask index.
 pub(crate) type RestoreMap = HashMap<usize, Vec<RestoreState>>;
 
-fn storage_err(e: weir_checkpoint::Error) -> Error {
+pub(crate) fn storage_err(e: weir_checkpoint::Error) -> Error {
     match &e {
         // Object storage that failed after its retries may work again (a server that
         // restarts): not a configuration error, so a restart of the job tries again.
@@ -318,10 +318,15 @@ fn stored_entry(f: &StoredFile) -> weir_checkpoint::FileEntry {
 /// them verifies, it fails naming each one and why, unless `start_fresh_if_unusable`; and
 /// when the job last stopped with a savepoint that is no longer among the recovery points,
 /// it fails naming that savepoint, since an older point would replay committed output.
+///
+/// With `unread`, the latest checkpoint's files are checked for their sizes only (their
+/// checksums are then the caller's to verify while the job runs); an explicit path is
+/// always verified in full.
 pub(crate) fn find_restore(
     storage: &CheckpointStorage,
     explicit: Option<&Path>,
     start_fresh_if_unusable: bool,
+    unread: bool,
 ) -> Result<Option<(Manifest, PathBuf)>> {
     if let Some(p) = explicit {
         let m = storage.load(p).map_err(storage_err)?;
@@ -332,7 +337,12 @@ pub(crate) fn find_restore(
         };
         return Ok(Some((m, dir.to_path_buf())));
     }
-    let latest = storage.latest_complete().map_err(storage_err)?;
+    let latest = if unread {
+        storage.latest_complete_unread()
+    } else {
+        storage.latest_complete()
+    };
+    let latest = latest.map_err(storage_err)?;
     for s in &latest.skipped {
         tracing::warn!(
             path = %s.path.display(),

@@ -113,6 +113,13 @@ pub struct CheckpointConfig {
     /// restored, since starting over would process the input again and duplicate what the
     /// sinks committed.
     pub start_fresh_if_unusable: bool,
+    /// Read every file of the latest checkpoint and check its checksum before the job
+    /// resumes from it. Off by default: the job resumes after checking the manifest and the
+    /// files' sizes, and the checksums are read while it runs; no checkpoint completes (and
+    /// no sink commits) until they all verify, and if one does not, the job goes back to
+    /// the newest checkpoint that verifies in full (docs/checkpoints.md, section 4).
+    /// An explicit `restore_from` is always verified before the job starts.
+    pub verify_before_restore: bool,
     /// Restarts after a failure inside a running job (default: exponential delay with
     /// unlimited attempts that resets after 10 minutes without failure).
     pub restart: RestartStrategy,
@@ -137,6 +144,7 @@ impl CheckpointConfig {
             mode: CheckpointMode::Aligned,
             restore_from: None,
             start_fresh_if_unusable: false,
+            verify_before_restore: false,
             restart: RestartStrategy::default(),
             lease: weir_checkpoint::DEFAULT_LEASE,
         }

@@ -10,6 +10,7 @@
 //! has committed it yet), `savepoint.before_metadata` (a savepoint's files are written,
 //! its manifest is not), `cluster.stage` (`error`: staging a worker's checkpoint files
 //! fails), `cluster.final_notice` (`sleep:MS`: a worker hands its tasks the final
-//! checkpoint's trigger late); in sinks: `sink.after_precommit`, `sink.before_commit`, `sink.after_commit`.
+//! checkpoint's trigger late), `restore.verify` (`sleep:MS`: reading the checksums of a
+//! checkpoint's files, before or during a restore, starts late); in sinks: `sink.after_precommit`, `sink.before_commit`, `sink.after_commit`.
 
 pub use weir_core::failpoint::hit;

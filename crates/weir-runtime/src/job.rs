@@ -25,7 +25,7 @@ use weir_checkpoint::{
     AckStats, Action, CheckpointKind, CheckpointStorage, Coordinator, CoordinatorConfig,
     Participants as CoordParticipants, TaskKey,
 };
-use weir_core::checkpoint::OperatorSnapshot;
+use weir_core::checkpoint::{OperatorSnapshot, RestoreGate};
 use weir_core::exchange::ExchangeConfig;
 use weir_core::graph::{Graph, NodeKind};
 use weir_core::ids::CheckpointId;
@@ -35,6 +35,7 @@ use writer::{CheckpointMetrics, CheckpointWriter, Written, on_written};
 mod attempt;
 mod requests;
 mod specs;
+mod verify;
 mod writer;
 
 /// Statistics of one finished task.
@@ -252,6 +253,9 @@ struct Attempt {
     stopped: bool,
     /// Checkpoints completed during the attempt.
     completed_count: u64,
+    /// Whether the restored checkpoint's checksums, read while the attempt ran, verified
+    /// (`None`: not read in the background, or not finished).
+    verdict: Option<bool>,
 }
 
 fn run(name: &str, job: Arc<JobShared>) -> Result<JobResult> {
@@ -285,9 +289,18 @@ pub(crate) fn run_with(
         .checkpoint
         .as_ref()
         .and_then(|c| c.restore_from.clone());
+    // Read the checksums of the latest checkpoint before resuming from it, rather than while
+    // the job runs: as configured, or after a checkpoint read that way failed to verify.
+    let mut verify_first = !executor.verifies_in_background()
+        || job
+            .cfg
+            .checkpoint
+            .as_ref()
+            .is_none_or(|c| c.verify_before_restore);
     loop {
         let _attempt = tracing::info_span!("attempt", attempt).entered();
         let mut restore = None;
+        let mut verification = None;
         let mut first_id = CheckpointId(1);
         if let Some(storage) = &storage {
             let found = checkpoints::find_restore(
@@ -297,6 +310,7 @@ pub(crate) fn run_with(
                     .checkpoint
                     .as_ref()
                     .is_some_and(|c| c.start_fresh_if_unusable),
+                !verify_first,
             );
             let found = match (found, job.cfg.checkpoint.as_ref(), restarts.as_mut()) {
                 // A restart that cannot read its checkpoints (object storage restarting
@@ -330,6 +344,13 @@ pub(crate) fn run_with(
                         resume_line(name, &manifest, &path)
                     )
                 });
+                if !verify_first && explicit.is_none() {
+                    verification = Some(verify::BackgroundVerify::start(
+                        storage,
+                        manifest.checkpoint_id,
+                        path.clone(),
+                    ));
+                }
                 restore = Some((manifest, path));
             }
             // Checkpoint ids never repeat within a job's lineage: above everything in this
@@ -345,12 +366,34 @@ pub(crate) fn run_with(
         // A restore commits and deletes sink files: only while this run owns the directories.
         crate::owner::verify(storage.as_ref())?;
         job.status.attempt_started(attempt);
-        let outcome = match executor.launch(&job, storage.as_ref(), restore.as_ref()) {
-            Ok(launched) => run_attempt(name, &job, storage.as_ref(), launched, first_id, started),
+        let gate = verification
+            .as_ref()
+            .map_or_else(RestoreGate::default, verify::BackgroundVerify::gate);
+        let outcome = match executor.launch(&job, storage.as_ref(), restore.as_ref(), &gate) {
+            Ok(launched) => run_attempt(
+                name,
+                &job,
+                storage.as_ref(),
+                launched,
+                first_id,
+                started,
+                verification.as_ref(),
+            ),
             Err(e) => Err(e),
         };
         executor.attempt_ended();
         job.status.attempt_ended();
+        let verdict = verify::settle(name, &job, verification, &outcome);
+        if verdict == Some(false) && !job.cancel.load(Ordering::SeqCst) {
+            // Nothing of the attempt was committed: restore again, now verifying every
+            // checkpoint in full first, which skips the bad one (not a failure of the job).
+            tracing::info!(
+                job = name,
+                "job '{name}': restoring again from the newest checkpoint whose files all verify"
+            );
+            verify_first = true;
+            continue;
+        }
         let outcome = outcome?;
         savepoints.extend(outcome.savepoints.iter().cloned());
         checkpoints_completed += outcome.completed_count;
@@ -483,13 +526,21 @@ pub(crate) struct Launched {
 
 /// Where a job's tasks run: threads of this process, or the workers of a cluster.
 pub(crate) trait Executor {
-    /// Starts the tasks of one attempt, restored from `restore` when given.
+    /// Starts the tasks of one attempt, restored from `restore` when given; its sinks
+    /// commit restored output once `verified` passes.
     fn launch(
         &mut self,
         job: &Arc<JobShared>,
         storage: Option<&CheckpointStorage>,
         restore: Option<&(weir_checkpoint::Manifest, PathBuf)>,
+        verified: &RestoreGate,
     ) -> Result<Launched>;
+    /// True when its tasks can wait on a [`RestoreGate`]: a restore may then start them
+    /// before the checkpoint's checksums are read (a cluster's workers verify what they
+    /// restore themselves, so its coordinator reads the checksums first).
+    fn verifies_in_background(&self) -> bool {
+        false
+    }
     /// The attempt's tasks have all ended.
     fn attempt_ended(&mut self) {}
 }
@@ -513,6 +564,7 @@ impl Executor for LocalExecutor {
         job: &Arc<JobShared>,
         storage: Option<&CheckpointStorage>,
         restore: Option<&(weir_checkpoint::Manifest, PathBuf)>,
+        verified: &RestoreGate,
     ) -> Result<Launched> {
         let mut map = RestoreMap::new();
         if let (Some(storage), Some((manifest, path))) = (storage, restore) {
@@ -531,8 +583,15 @@ impl Executor for LocalExecutor {
             );
             self.restore_dir = Some(local);
             map = r?;
+            for r in map.values_mut().flatten() {
+                r.verified = verified.clone();
+            }
         }
         launch_local(job, map, None)
+    }
+
+    fn verifies_in_background(&self) -> bool {
+        true
     }
 
     fn attempt_ended(&mut self) {

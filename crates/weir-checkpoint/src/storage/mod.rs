@@ -72,6 +72,7 @@ mod retain;
 mod stop;
 #[cfg(test)]
 pub(crate) mod tests;
+mod verify;
 mod writer;
 
 pub use manifest::{
@@ -110,52 +111,6 @@ pub struct LoadedCheckpoint {
     pub manifest: Manifest,
     /// Its directory.
     pub path: PathBuf,
-}
-
-/// Checksums verified at once by [`CheckpointStorage::load`] (at most; no more than the
-/// machine's cores).
-const VERIFY_THREADS: usize = 4;
-
-/// Verifies the checksum of every file of `files` (of checkpoint `dir`), on up to
-/// [`VERIFY_THREADS`] threads; the first failure in the files' order, if any.
-fn verify_all(dir: &Path, files: &[(PathBuf, &manifest::FileEntry)]) -> Result<()> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(VERIFY_THREADS)
-        .min(files.len());
-    if threads <= 1 {
-        return files
-            .iter()
-            .try_for_each(|(file, f)| layout::verify(dir, file, f.size, f.crc32));
-    }
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let failed = std::sync::atomic::AtomicBool::new(false);
-    let errors = std::sync::Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                use std::sync::atomic::Ordering::Relaxed;
-                while !failed.load(Relaxed) {
-                    let i = next.fetch_add(1, Relaxed);
-                    let Some((file, f)) = files.get(i) else { break };
-                    if let Err(e) = layout::verify(dir, file, f.size, f.crc32) {
-                        failed.store(true, Relaxed);
-                        errors
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .push((i, e));
-                    }
-                }
-            });
-        }
-    });
-    let errors = errors
-        .into_inner()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    match errors.into_iter().min_by_key(|(i, _)| *i) {
-        Some((_, e)) => Err(e),
-        None => Ok(()),
-    }
 }
 
 /// A complete checkpoint that failed verification.
@@ -400,27 +355,11 @@ impl CheckpointStorage {
         let dir = layout::resolve(path.as_ref())?;
         let span = tracing::info_span!("checkpoint_load", path = %dir.display());
         let _enter = span.enter();
-        let manifest = Manifest::read(&dir.join(METADATA))?;
-        manifest.check(&dir)?;
-        let shared = layout::shared_dir_of(&dir);
-        let files: Vec<(PathBuf, &manifest::FileEntry)> = manifest
-            .files()
-            .map(|f| {
-                let file = if f.shared {
-                    shared.join(&f.name)
-                } else {
-                    dir.join(&f.name)
-                };
-                (file, f)
-            })
-            .collect();
         // Sizes first (a truncated or missing file needs no checksum), then the checksums,
         // several files at once: reading them is most of a restore's time at large state.
-        for (file, f) in &files {
-            layout::verify_size(&dir, file, f.size)?;
-        }
-        verify_all(&dir, &files)?;
-        tracing::debug!(checkpoint = %manifest.checkpoint_id, files = files.len(), "checkpoint verified");
+        let manifest = self.load_unread(&dir)?;
+        verify::checksums(&dir, &manifest, &std::sync::atomic::AtomicBool::new(false))?;
+        tracing::debug!(checkpoint = %manifest.checkpoint_id, "checkpoint verified");
         Ok(manifest)
     }
 
@@ -472,6 +411,70 @@ impl CheckpointStorage {
     /// operating-system error (e.g. permission denied) is returned instead of skipping,
     /// since it does not prove the checkpoint bad.
     pub fn latest_complete(&self) -> Result<LatestComplete> {
+        self.latest_complete_with(|path| self.load(path))
+    }
+
+    /// Like [`latest_complete`](Self::latest_complete), checking each candidate with
+    /// [`load_unread`](Self::load_unread) (its manifest and its files' sizes) instead of
+    /// reading every file: for a restore that verifies the checksums while the job runs
+    /// ([`verify_checksums`](Self::verify_checksums)) and falls back to
+    /// [`latest_complete`](Self::latest_complete) if they fail.
+    ///
+    /// ```
+    /// use weir_checkpoint::{CheckpointKind, CheckpointStorage, Manifest, OperatorManifest,
+    ///                       SubtaskManifest};
+    /// let tmp = tempfile::tempdir()?;
+    /// let storage = CheckpointStorage::open(tmp.path().join("checkpoints"))?;
+    /// for _ in 0..2 {
+    ///     let id = storage.next_id()?;
+    ///     let writer = storage.begin(id, CheckpointKind::Checkpoint)?;
+    ///     let file = writer.write_shared(&format!("{}.sst", id.0), b"immutable contents")?;
+    ///     let mut manifest = Manifest::new("job", id, CheckpointKind::Checkpoint, 128);
+    ///     manifest.operators.push(OperatorManifest {
+    ///         uid: "sum".into(),
+    ///         name: "sum".into(),
+    ///         parallelism: 1,
+    ///         subtasks: vec![SubtaskManifest { subtask: 0, files: vec![file], operator_state: None, watermark: None }],
+    ///     });
+    ///     writer.finish(manifest)?;
+    /// }
+    /// // Same length, other bytes: only a checksum tells.
+    /// std::fs::write(tmp.path().join("checkpoints/shared/2.sst"), b"immutable CONTENTS")?;
+    /// let unread = storage.latest_complete_unread()?.checkpoint.expect("a checkpoint");
+    /// assert_eq!(unread.manifest.checkpoint_id.0, 2);
+    /// assert!(storage.verify_checksums(&unread.path, &Default::default()).is_err());
+    /// let verified = storage.latest_complete()?.checkpoint.expect("a checkpoint");
+    /// assert_eq!(verified.manifest.checkpoint_id.0, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn latest_complete_unread(&self) -> Result<LatestComplete> {
+        self.latest_complete_with(|path| self.load_unread(path))
+    }
+
+    /// Checks the checksum of every file of the checkpoint at `path` (any form
+    /// [`load`](Self::load) accepts) against its manifest, several files at once, the part
+    /// of [`load`](Self::load) that [`load_unread`](Self::load_unread) leaves out. Returns
+    /// `Ok(false)` if `stop` was set before every file was read, `Ok(true)` when all
+    /// verify, and the error of the first bad file otherwise. On object storage, where
+    /// [`load`](Self::load) checks sizes only, it checks nothing more.
+    pub fn verify_checksums(
+        &self,
+        path: impl AsRef<Path>,
+        stop: &std::sync::atomic::AtomicBool,
+    ) -> Result<bool> {
+        if remote::is_remote(path.as_ref()) {
+            return Ok(true);
+        }
+        let dir = layout::resolve(path.as_ref())?;
+        let manifest = Manifest::read(&dir.join(METADATA))?;
+        manifest.check(&dir)?;
+        verify::checksums(&dir, &manifest, stop)
+    }
+
+    fn latest_complete_with(
+        &self,
+        load: impl Fn(&Path) -> Result<Manifest>,
+    ) -> Result<LatestComplete> {
         let mut skipped = Vec::new();
         let candidates = self.list()?.into_iter().rev();
         for info in candidates.filter(|c| c.complete) {
@@ -483,7 +486,7 @@ impl CheckpointStorage {
                     _ => continue,
                 }
             }
-            match self.load(&info.path) {
+            match load(&info.path) {
                 Ok(manifest) => {
                     let checkpoint = Some(LoadedCheckpoint {
                         manifest,

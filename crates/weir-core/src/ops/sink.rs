@@ -120,6 +120,11 @@ impl<T: 'static, S: SinkFunction<T>> SinkOp<T, S> {
         if let Some(r) = ctx.restore
             && let Some(id) = r.checkpoint
         {
+            if r.operator.iter().any(|s| !s.is_empty()) {
+                // Restoring commits what the checkpoint pre-committed: only once it is
+                // known sound.
+                r.verified.wait()?;
+            }
             guard(&info, || sink.restore(id, &r.operator, &sctx))?;
         }
         guard(&info, || sink.open(&sctx))?;

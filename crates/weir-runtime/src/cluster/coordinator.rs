@@ -260,6 +260,7 @@ impl Executor for ClusterExecutor {
         job: &Arc<JobShared>,
         storage: Option<&CheckpointStorage>,
         restore: Option<&(Manifest, PathBuf)>,
+        _verified: &weir_core::checkpoint::RestoreGate,
     ) -> Result<Launched> {
         // A slot runs one subtask of every operator (slot sharing): the job needs as many
         // slots as its largest parallelism.

@@ -10,6 +10,7 @@ pub(super) fn run_attempt(
     launched: Launched,
     first_id: CheckpointId,
     started: Instant,
+    verification: Option<&verify::BackgroundVerify>,
 ) -> Result<Attempt> {
     let Launched {
         running,
@@ -64,6 +65,12 @@ pub(super) fn run_attempt(
     let mut stop_after: Option<CheckpointId> = None;
     let mut stopped = false;
     let mut finished_sources = std::collections::HashSet::new();
+    // While the restored checkpoint's checksums are being read, checkpoints that complete
+    // wait here before they are written: none commits until the restore is known sound.
+    let mut verdict_rx = verification.map_or_else(crossbeam_channel::never, |v| v.verdict());
+    // Some(true): the restored checkpoint verified; Some(false): it did not.
+    let mut verdict: Option<bool> = None;
+    let mut held: Vec<Action<Snapshots>> = Vec::new();
     // Checkpoints are written (files copied to storage, then the manifest) on a writer
     // thread, in the order they completed, so this loop keeps handling acknowledgements,
     // failures and progress while a large checkpoint uploads; the writer reports back on
@@ -101,6 +108,27 @@ pub(super) fn run_attempt(
                 if let (Ok(w), Some(c)) = (w, coordinator.as_mut()) {
                     let _span = span_of(&spans, &w.id).entered();
                     actions.extend(on_written(name, w, c, &mut savepoints, &ck_metrics, &job.status));
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout)
+            }
+            recv(verdict_rx) -> v => {
+                verdict_rx = crossbeam_channel::never();
+                if let (Ok(v), Some(verification)) = (v, verification) {
+                    match v {
+                        Ok(true) => {
+                            verdict = Some(true);
+                            actions.append(&mut held);
+                        }
+                        Ok(false) => {}
+                        Err(e) => {
+                            // The job goes back to an older checkpoint (run_with): stop this
+                            // attempt, with the bad file as the reason.
+                            verify::report_bad(name, verification.id, &verification.path, &e);
+                            cancel.store(true, Ordering::SeqCst);
+                            first_error = Some(checkpoints::storage_err(e));
+                            verdict = Some(false);
+                        }
+                    }
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Timeout)
             }
@@ -257,6 +285,15 @@ pub(super) fn run_attempt(
                             .send(TaskCommand::Trigger(id, is_final));
                     }
                 }
+                Action::Complete { .. } if verification.is_some() && verdict != Some(true) => {
+                    if held.is_empty() {
+                        tracing::info!(
+                            job = name,
+                            "job '{name}': checkpoint waits until the restored checkpoint's files are verified"
+                        );
+                    }
+                    held.push(action);
+                }
                 Action::Complete {
                     id,
                     kind,
@@ -372,6 +409,7 @@ pub(super) fn run_attempt(
         savepoints,
         stopped,
         completed_count,
+        verdict,
     })
 }
 
