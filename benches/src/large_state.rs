@@ -36,6 +36,10 @@ pub struct LargeStateArgs {
     /// Working directory: checkpoints and RocksDB's local files (must be new or empty).
     #[arg(long)]
     pub dir: std::path::PathBuf,
+    /// RocksDB's partitioned index and filter blocks
+    /// (`RocksDbConfig::partitioned_index_filters`).
+    #[arg(long)]
+    pub partitioned_index_filters: bool,
 }
 
 /// The peak resident set of this process (VmHWM), in KiB.
@@ -149,6 +153,7 @@ fn env(a: &LargeStateArgs) -> anyhow::Result<Env> {
     let cfg = weir::RocksDbConfig {
         local_dir: a.dir.join("local"),
         memory_budget_bytes: a.budget_mib << 20,
+        partitioned_index_filters: a.partitioned_index_filters,
         ..weir::RocksDbConfig::default()
     };
     let mut env = Env::new()
@@ -218,6 +223,7 @@ fn run(
         "parallelism": a.parallelism,
         "state": "rocksdb",
         "memory_budget_mib": a.budget_mib,
+        "partitioned_index_filters": a.partitioned_index_filters,
         "checkpoint_interval_ms": a.checkpoint_interval_ms,
         "elapsed_s": (elapsed * 1000.0).round() / 1000.0,
         "events_per_sec": (events as f64 / elapsed).round() as u64,

@@ -219,7 +219,7 @@ mod tests {
             local_dir: dir.to_path_buf(),
             memory_budget_bytes: budget,
             cache_entries: entries,
-            local_recovery: true,
+            ..RocksDbConfig::default()
         }
     }
 

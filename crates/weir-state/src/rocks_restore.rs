@@ -15,7 +15,7 @@
 //! clipping relies on it. Fetching the files from checkpoint storage, and local recovery,
 //! are the runtime's; the snapshot itself is `rocks.rs`'s.
 
-use crate::rocks::{BLOOM_BITS_PER_KEY, err, io};
+use crate::rocks::{err, io};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
@@ -92,6 +92,7 @@ pub(crate) fn restore(
     dir: &Path,
     range: Range<u32>,
     instances: &[RestoredInstance],
+    partitioned: bool,
 ) -> Result<(rocksdb::DB, Restored)> {
     let mut overlapping: Vec<&RestoredInstance> = instances
         .iter()
@@ -111,7 +112,7 @@ pub(crate) fn restore(
     restored.compact = clip(&db, dir, &base.key_groups, &range)?;
     for (i, other) in others.iter().enumerate() {
         let groups = overlap(&other.key_groups, &range);
-        let n = ingest(&mut db, opts, root, i, other, groups)?;
+        let n = ingest(&mut db, opts, root, (i, other), groups, partitioned)?;
         tracing::debug!(from = ?other.key_groups, entries = n, "ingested the key groups of another old instance");
     }
     tracing::info!(
@@ -245,9 +246,9 @@ fn ingest(
     db: &mut rocksdb::DB,
     opts: &rocksdb::Options,
     root: &Path,
-    i: usize,
-    other: &RestoredInstance,
+    (i, other): (usize, &RestoredInstance),
     groups: Range<u32>,
+    partitioned: bool,
 ) -> Result<u64> {
     let scratch = root.join(format!("restore-{i}"));
     let result = (|| {
@@ -270,7 +271,7 @@ fn ingest(
                 .cf_handle(name)
                 .ok_or_else(|| Error::Config(format!("internal: column family {name} not open")))?;
             let path = root.join(format!("restore-{i}-{name}.sst"));
-            let written = write_sst(&src, cf, &groups, &path)?;
+            let written = write_sst(&src, cf, &groups, &path, partitioned)?;
             if written > 0 {
                 let mut ingest = rocksdb::IngestExternalFileOptions::default();
                 ingest.set_move_files(true);
@@ -294,6 +295,7 @@ fn write_sst(
     cf: &rocksdb::ColumnFamily,
     groups: &Range<u32>,
     path: &Path,
+    partitioned: bool,
 ) -> Result<u64> {
     let mut read = rocksdb::ReadOptions::default();
     read.set_iterate_upper_bound(group_key(groups.end));
@@ -307,9 +309,7 @@ fn write_sst(
     );
     let mut opts = rocksdb::Options::default();
     opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
-    let mut table = rocksdb::BlockBasedOptions::default();
-    table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
-    opts.set_block_based_table_factory(&table);
+    opts.set_block_based_table_factory(&crate::rocks::table_options(partitioned));
     let mut writer = rocksdb::SstFileWriter::create(&opts);
     let mut n = 0u64;
     for item in iter {

@@ -63,11 +63,17 @@ struct Subtask {
     out: Out,
 }
 
-fn subtask(dir: &Path, p: usize, s: usize, restore: &[RestoredInstance]) -> Subtask {
+fn subtask(
+    dir: &Path,
+    (p, s): (usize, usize),
+    restore: &[RestoredInstance],
+    partitioned: bool,
+) -> Subtask {
     let cfg = RocksDbConfig {
         local_dir: dir.join("local"),
         // Far fewer entries than timers: they live in RocksDB.
         cache_entries: 4,
+        partitioned_index_filters: partitioned,
         ..RocksDbConfig::default()
     };
     let label = format!("op1-{s}");
@@ -109,8 +115,9 @@ fn records() -> Vec<(u64, Timestamp)> {
 }
 
 /// Snapshots subtask `index` (of 2) and copies its files into `dir`, as a restore brings
-/// them back.
-fn checkpoint(s: &Subtask, index: usize, dir: &Path) -> RestoredInstance {
+/// them back; checks that its SST files have a partitioned index exactly when
+/// `partitioned`.
+fn checkpoint(s: &Subtask, index: usize, dir: &Path, partitioned: bool) -> RestoredInstance {
     let hooks = s.op.state().hooks();
     let mut snap: OperatorSnapshot = hooks.borrow_mut().snapshot(CheckpointId(1)).unwrap();
     snap.resolve_files().unwrap();
@@ -119,15 +126,36 @@ fn checkpoint(s: &Subtask, index: usize, dir: &Path) -> RestoredInstance {
         "nothing on the heap: {:?}",
         snap.keyed
     );
+    let ssts: Vec<Vec<u8>> = snap
+        .files
+        .iter()
+        .filter(|f| f.path.extension().is_some_and(|e| e == "sst"))
+        .map(|f| std::fs::read(&f.path).unwrap())
+        .collect();
+    assert!(!ssts.is_empty(), "no SST file in the snapshot");
+    for sst in &ssts {
+        // The table property that names the index type, a fixed 32-bit value: 0 a binary
+        // search over one index block, 2 a two-level (partitioned) index.
+        let name = b"rocksdb.block.based.table.index.type";
+        let at = sst
+            .windows(name.len())
+            .position(|w| w == name)
+            .expect("an index type property")
+            + name.len();
+        let index_type = u32::from_le_bytes(sst[at..at + 4].try_into().unwrap());
+        assert_eq!(index_type, if partitioned { 2 } else { 0 }, "index type");
+    }
     crate::rocks_restore::tests::keep(&snap, dir, key_group_range(index, MAX_P, 2))
 }
 
 /// Every timer fires exactly once over a checkpoint at parallelism 2 and a restore at
 /// `p`: those due before the checkpoint before it, the others after the restore, in
 /// time order on each subtask; deleted timers never.
-fn fire_across_a_restore_at(p: usize) {
+fn fire_across_a_restore_at(p: usize, partitioned: bool) {
     let tmp = tempfile::tempdir().unwrap();
-    let mut before: Vec<Subtask> = (0..2).map(|s| subtask(tmp.path(), 2, s, &[])).collect();
+    let mut before: Vec<Subtask> = (0..2)
+        .map(|s| subtask(tmp.path(), (2, s), &[], partitioned))
+        .collect();
     for (k, t) in records() {
         before[owner(k, 2)].op.record((k, t), t).unwrap();
     }
@@ -145,11 +173,13 @@ fn fire_across_a_restore_at(p: usize) {
     let dirs: Vec<RestoredInstance> = before
         .iter()
         .enumerate()
-        .map(|(i, s)| checkpoint(s, i, &tmp.path().join(format!("chk-{i}"))))
+        .map(|(i, s)| checkpoint(s, i, &tmp.path().join(format!("chk-{i}")), partitioned))
         .collect();
     drop(before);
 
-    let mut after: Vec<Subtask> = (0..p).map(|s| subtask(tmp.path(), p, s, &dirs)).collect();
+    let mut after: Vec<Subtask> = (0..p)
+        .map(|s| subtask(tmp.path(), (p, s), &dirs, partitioned))
+        .collect();
     for s in &mut after {
         s.op.control(Control::Watermark(Timestamp::MAX - 1))
             .unwrap();
@@ -181,11 +211,20 @@ fn fire_across_a_restore_at(p: usize) {
 
 #[test]
 fn timers_in_rocksdb_fire_once_across_a_restore_at_the_same_parallelism() {
-    fire_across_a_restore_at(2);
+    fire_across_a_restore_at(2, false);
 }
 
 #[test]
 fn timers_in_rocksdb_fire_once_across_a_restore_at_another_parallelism() {
-    fire_across_a_restore_at(3);
-    fire_across_a_restore_at(1);
+    fire_across_a_restore_at(3, false);
+    fire_across_a_restore_at(1, false);
+}
+
+/// `RocksDbConfig::partitioned_index_filters`: the files are written with a two-level
+/// index and partitioned filters, and read back the same across restores and rescales
+/// (the ingested key groups of another old instance included).
+#[test]
+fn timers_fire_once_with_partitioned_index_and_filters() {
+    fire_across_a_restore_at(2, true);
+    fire_across_a_restore_at(3, true);
 }
