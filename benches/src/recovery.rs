@@ -45,6 +45,10 @@ pub struct RecoveryArgs {
     /// serves several measurements. Implies `--keep`.
     #[arg(long)]
     pub again: bool,
+    /// Drop the machine's page cache (`/proc/sys/vm/drop_caches`, needs root) before the
+    /// restart, so that the checkpoint's files come from disk, as after a reboot.
+    #[arg(long)]
+    pub cold: bool,
 }
 
 /// The flags of the hidden `weir-bench recovery-child`.
@@ -127,6 +131,9 @@ fn measure(a: &RecoveryArgs) -> anyhow::Result<String> {
     };
     let state_bytes = dir_bytes(&dir.join("ck").join("shared"));
     let checkpoint_bytes = full_bytes(&dir.join("ck"));
+    if a.cold {
+        drop_page_cache()?;
+    }
     let t0 = SystemTime::now();
     let mut restore = child(a, "restore", restore_p)?;
     let firsts: Vec<PathBuf> = (0..restore_p)
@@ -139,9 +146,28 @@ fn measure(a: &RecoveryArgs) -> anyhow::Result<String> {
         Duration::from_secs(900),
         || firsts.iter().all(|p| p.exists()),
     );
+    // Then until the checksums of the checkpoint, read while the job runs, verified: no
+    // checkpoint of the restarted job completes before.
+    let verified_line = |log: &str| {
+        log.lines()
+            .find(|l| l.contains("the files of restored checkpoint"))
+            .map(str::to_string)
+    };
+    let verified = restored.and_then(|()| {
+        wait(
+            &mut restore,
+            dir,
+            "restore",
+            Duration::from_secs(900),
+            || {
+                verified_line(&std::fs::read_to_string(dir.join("restore.log")).unwrap_or_default())
+                    .is_some()
+            },
+        )
+    });
     let _ = restore.kill();
     let _ = restore.wait();
-    restored?;
+    verified?;
     let mut times = Vec::new();
     for p in &firsts {
         let nanos: u128 = std::fs::read_to_string(p)?.trim().parse()?;
@@ -156,6 +182,12 @@ fn measure(a: &RecoveryArgs) -> anyhow::Result<String> {
         .find_map(|l| l.split("local_copies=").nth(1))
         .and_then(|r| r.split_whitespace().next())
         .and_then(|n| n.parse::<u64>().ok());
+    let verify_s = verified_line(&log)
+        .and_then(|l| {
+            let ms = l.split("verified in ").nth(1)?.split_whitespace().next()?;
+            ms.parse::<u64>().ok()
+        })
+        .map(|ms| ms as f64 / 1000.0);
     let round = |s: f64| (s * 1000.0).round() / 1000.0;
     Ok(serde_json::json!({
         "job": "recovery",
@@ -169,10 +201,24 @@ fn measure(a: &RecoveryArgs) -> anyhow::Result<String> {
         "checkpoint_bytes": checkpoint_bytes,
         "build_s": build_s.map(round),
         "again": a.again,
+        "cold": a.cold,
         "first_record_s": round(first),
         "all_subtasks_s": round(all),
+        "verify_s": verify_s,
     })
     .to_string())
+}
+
+/// Writes what is cached of the files to disk, then drops the page cache.
+fn drop_page_cache() -> anyhow::Result<()> {
+    let synced = Command::new("sync").status()?;
+    anyhow::ensure!(synced.success(), "sync failed: {synced}");
+    std::fs::write("/proc/sys/vm/drop_caches", "3").map_err(|e| {
+        anyhow::anyhow!(
+            "--cold drops the page cache by writing /proc/sys/vm/drop_caches, which needs \
+             root: {e}"
+        )
+    })
 }
 
 /// Starts `weir-bench recovery-child` for `phase`, its log in the working directory.

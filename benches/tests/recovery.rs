@@ -42,6 +42,8 @@ fn run_with(extra: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
     let first = v["first_record_s"].as_f64().expect("first_record_s");
     let all = v["all_subtasks_s"].as_f64().expect("all_subtasks_s");
     assert!(first > 0.0 && first <= all, "{v}");
+    assert!(v["verify_s"].as_f64().is_some(), "{v}");
+    assert_eq!(v["cold"], false);
     v
 }
 

@@ -77,11 +77,11 @@ impl BackgroundVerify {
                 let started = std::time::Instant::now();
                 let verdict = storage.verify_checksums(&path, &stop);
                 if let Ok(true) = verdict {
+                    let elapsed_ms = started.elapsed().as_millis() as u64;
                     tracing::info!(
                         checkpoint = id.0,
-                        elapsed_ms = started.elapsed().as_millis() as u64,
-                        "the files of restored checkpoint {id} verified in {:.1?}",
-                        started.elapsed()
+                        elapsed_ms,
+                        "the files of restored checkpoint {id} verified in {elapsed_ms} ms"
                     );
                 }
                 settled.set(&verdict);
