@@ -6,7 +6,7 @@ Usage: python3 benches/plot_recovery.py results.jsonl docs/images/recovery.svg
 Each input line is one JSON object printed by `weir-bench recovery`. The plot shows the
 time from process start to the first record processed against the state size, one line
 per kind of restart: same parallelism with local recovery, same parallelism from
-checkpoint storage, and rescaled 2 -> 3.
+checkpoint storage (from the page cache, and with `--cold` from disk), and rescaled 2 -> 3.
 """
 
 import json
@@ -21,12 +21,15 @@ def series_of(run):
         return "rescale %d -> %d" % (run["parallelism"], run["restore_parallelism"])
     if run["local_recovery"] and run.get("local_copies_used"):
         return "same parallelism, local copy"
+    if run.get("cold"):
+        return "from storage, cold disk"
     return "same parallelism, from storage"
 
 
 COLORS = {
     "same parallelism, local copy": "#1b9e77",
     "same parallelism, from storage": "#7570b3",
+    "from storage, cold disk": "#e7298a",
 }
 
 
