@@ -332,6 +332,10 @@ fn the_configuration_reference_states_the_defaults_the_code_has() {
             format!("`{}`", c.start_fresh_if_unusable),
         ),
         ("lease", duration(c.lease)),
+        (
+            "verify_before_restore",
+            format!("`{}`", c.verify_before_restore),
+        ),
         ("restart", restart),
         (
             "in_flight_target",

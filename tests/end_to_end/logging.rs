@@ -218,13 +218,19 @@ fn rust_log_filters_the_lines() {
     // weir's lines only, not the program's.
     let err = job.run_ok(&[("RUST_LOG", "warn,weir=info")]);
     let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 2, "{err}");
+    assert_eq!(lines.len(), 3, "{err}");
     assert!(
         lines[0].contains(" INFO [weir] job 'file_sum' had already finished"),
         "{err}"
     );
+    // The checksums of the resumed checkpoint, read while the job ran: before the next
+    // checkpoint completes, which waits for them.
     assert!(
-        lines[1].contains(" INFO [weir] job 'file_sum': final checkpoint 2 complete ("),
+        lines[1].contains(" INFO [weir] the files of restored checkpoint 1 verified in "),
+        "{err}"
+    );
+    assert!(
+        lines[2].contains(" INFO [weir] job 'file_sum': final checkpoint 2 complete ("),
         "{err}"
     );
     // Debug lines of one crate: the checkpoint's trigger.
