@@ -234,6 +234,7 @@ fn run(
             .zip(cpu_start)
             .map(|(end, start)| ((end - start) * 10.0).round() / 10.0),
         "peak_rss_kib": peak_rss_kib(),
+        "allocator": crate::ALLOCATOR_NAME,
         "state_dir_bytes": state_bytes.load(Ordering::SeqCst),
         "checkpoint_dir_bytes": dir_bytes(&a.dir.join("checkpoints")),
         "results": results.load(Ordering::SeqCst),
