@@ -336,7 +336,13 @@ fn a_worker_killed_mid_run_is_replaced_and_the_output_is_exact() {
     }
     expect_success(&mut replacement, &replacement_log, "the replacement worker");
     let log = read(&coord_log);
-    assert!(log.contains("lost: connection closed"), "{log}");
+    // A killed worker's socket closes (EOF) or, when data to it was still unread in its
+    // receive buffer, is reset by the kernel: either way the coordinator names the loss.
+    assert!(
+        log.contains("lost: connection closed")
+            || log.contains("lost: connection failed: Connection reset by peer"),
+        "{log}"
+    );
     assert!(log.contains("resuming from checkpoint"), "{log}");
     assert!(log.contains("worker 4 joined"), "{log}");
     s.check();
