@@ -11,6 +11,30 @@ fn config() -> impl bincode::config::Config {
     bincode::config::standard()
 }
 
+/// The codec of state keys in a persistent store: the same as the value codec, but with
+/// the bytes of multi-byte integers big-endian, so that integers order numerically.
+fn ordered_config() -> impl bincode::config::Config {
+    bincode::config::standard().with_big_endian()
+}
+
+/// Appends the order-preserving encoding of a state key to `buf` (see
+/// [`crate::state::KeyEncoding::Ordered`]): as compact as [`encode_into`] (integers are
+/// still variable-length), with unsigned integers in numeric byte order, and tuples and
+/// structs in the order of their fields.
+///
+/// ```
+/// let (mut a, mut b) = (Vec::new(), Vec::new());
+/// weir_core::codec::encode_ordered_into(&(7u32, 300u64), &mut a).unwrap();
+/// weir_core::codec::encode_ordered_into(&(7u32, 301u64), &mut b).unwrap();
+/// assert!(a < b);
+/// assert_eq!(a.len(), weir_core::codec::encode(&(7u32, 300u64)).unwrap().len());
+/// ```
+pub fn encode_ordered_into<T: Serialize + ?Sized>(value: &T, buf: &mut Vec<u8>) -> Result<()> {
+    bincode::serde::encode_into_std_write(value, buf, ordered_config())
+        .map(|_| ())
+        .map_err(|e| Error::Codec(e.to_string()))
+}
+
 /// Encodes a value.
 ///
 /// ```

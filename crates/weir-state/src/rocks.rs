@@ -392,6 +392,8 @@ impl SnapshotJob {
                 let _ = std::fs::remove_dir_all(e.path());
             }
         }
+        let encoding = target.join(crate::rocks_restore::KEY_ENCODING_FILE);
+        std::fs::write(&encoding, self.restored.key_encoding.name()).map_err(io(&encoding))?;
         let mut files = Vec::new();
         for e in std::fs::read_dir(&target).map_err(io(&target))?.flatten() {
             let file = e.file_name().to_string_lossy().into_owned();
@@ -497,6 +499,10 @@ impl KvStore for RocksStore {
             .borrow()
             .as_ref()
             .is_some_and(|h| !h.is_finished())
+    }
+
+    fn key_encoding(&self) -> weir_core::state::KeyEncoding {
+        self.restored.key_encoding
     }
 }
 

@@ -12,7 +12,9 @@
 //! restores incrementally.
 //!
 //! Every key of every column family starts with its 2-byte big-endian key group; the
-//! clipping relies on it. Fetching the files from checkpoint storage, and local recovery,
+//! clipping relies on it. An instance encodes its state keys one way for its whole life
+//! ([`KeyEncoding`]); each checkpoint names it in a small file, [`KEY_ENCODING_FILE`], and
+//! the instance restored takes the encoding of the instances it is made of. Fetching the files from checkpoint storage, and local recovery,
 //! are the runtime's; the snapshot itself is `rocks.rs`'s.
 
 use crate::rocks::{err, io};
@@ -20,7 +22,13 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
 use weir_core::checkpoint::{LocalFile, RestoredInstance};
+use weir_core::state::KeyEncoding;
 use weir_core::{Error, Result};
+
+/// The file of an instance's checkpoint that names how its state keys are encoded
+/// ([`KeyEncoding::name`]). A checkpoint without one was written before weir had it:
+/// its keys are [`KeyEncoding::LittleEndian`].
+pub(crate) const KEY_ENCODING_FILE: &str = "WEIR-KEY-ENCODING";
 
 /// The SST files an instance was restored with and kept as they were: local name →
 /// (name in checkpoint storage, size). A checkpoint names such a file as storage already
@@ -32,6 +40,8 @@ pub(crate) struct Restored {
     /// Ranges the restore deleted (column family, from, to), to compact away in the
     /// background once the instance runs.
     pub(crate) compact: Vec<DeletedRange>,
+    /// How the restored instance's keys are encoded (a new instance: the default).
+    pub(crate) key_encoding: KeyEncoding,
 }
 
 impl Restored {
@@ -106,8 +116,26 @@ pub(crate) fn restore(
     let Some((base, others)) = overlapping.split_first() else {
         return Ok((open_db(opts, dir)?, Restored::default()));
     };
+    let key_encoding = key_encoding_of(base)?;
+    for other in others {
+        let theirs = key_encoding_of(other)?;
+        if theirs != key_encoding {
+            return Err(Error::User(format!(
+                "restoring RocksDB state of key groups {range:?}: the old instances of key \
+                 groups {:?} and {:?} encode their keys differently ({} and {}), so they \
+                 cannot be merged; restore the checkpoint at its own parallelism ({} \
+                 instances) first",
+                base.key_groups,
+                other.key_groups,
+                key_encoding.name(),
+                theirs.name(),
+                instances.len()
+            )));
+        }
+    }
     let started = std::time::Instant::now();
     let mut restored = place(&base.files, dir)?;
+    restored.key_encoding = key_encoding;
     let mut db = open_db(opts, dir).map_err(|e| restore_error(base, e))?;
     restored.compact = clip(&db, dir, &base.key_groups, &range)?;
     for (i, other) in others.iter().enumerate() {
@@ -168,6 +196,30 @@ fn place(files: &[LocalFile], dir: &Path) -> Result<Restored> {
     Ok(Restored {
         files: restored,
         compact: Vec::new(),
+        key_encoding: KeyEncoding::default(),
+    })
+}
+
+/// How the old instance's keys are encoded: what its [`KEY_ENCODING_FILE`] names, or,
+/// without one, [`KeyEncoding::LittleEndian`] (a checkpoint from before the file).
+fn key_encoding_of(instance: &RestoredInstance) -> Result<KeyEncoding> {
+    let Some(file) = instance
+        .files
+        .iter()
+        .find(|f| f.path.file_name().is_some_and(|n| n == KEY_ENCODING_FILE))
+    else {
+        return Ok(KeyEncoding::LittleEndian);
+    };
+    let text = std::fs::read_to_string(&file.path).map_err(io(&file.path))?;
+    KeyEncoding::parse(&text).ok_or_else(|| {
+        Error::User(format!(
+            "restoring RocksDB state of key groups {:?}: checkpoint file {} names the key \
+             encoding {:?}, which this weir build does not know; restore the checkpoint \
+             with the weir release that wrote it",
+            instance.key_groups,
+            file.name,
+            text.trim()
+        ))
     })
 }
 

@@ -10,7 +10,7 @@
 //! `[key group: u16 big-endian][table name][0][encoded key]`, so a key group's entries
 //! are contiguous and can be split off on rescale.
 
-use super::{KeyContext, KvStore, StateTableInfo, ValueAccess};
+use super::{KeyContext, KeyEncoding, KvStore, StateTableInfo, ValueAccess};
 use crate::checkpoint::KeyGroupBlobs;
 use crate::codec;
 use crate::data::{Data, Key, key_group};
@@ -38,6 +38,8 @@ pub struct CachedTable<K, V> {
     capacity: usize,
     /// The key group of a key.
     group: fn(&K, usize) -> u32,
+    /// How the store encodes keys.
+    encoding: KeyEncoding,
     /// Memory one entry takes, estimated from encoded sizes (0: not estimated yet).
     entry_bytes: usize,
     /// Reads (cached or not) since the last [`CachedTable::prefetch`], and the number of
@@ -53,10 +55,15 @@ pub struct CachedTable<K, V> {
 /// Entries a cache holds before it estimates their size to size itself in bytes.
 const SIZE_SAMPLE_AT: usize = 1024;
 
-/// The store key of `key` in table `name`.
-pub fn store_key<K: Key>(name: &str, key: &K, max_parallelism: usize) -> Result<Vec<u8>> {
+/// The store key of `key` in table `name`, with `key` encoded as `encoding` says.
+pub fn store_key<K: Key>(
+    name: &str,
+    key: &K,
+    max_parallelism: usize,
+    encoding: KeyEncoding,
+) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(name.len() + 16);
-    store_key_into(name, key, max_parallelism, &mut out)?;
+    store_key_grouped_into(name, key, (max_parallelism, own_group), encoding, &mut out)?;
     Ok(out)
 }
 
@@ -65,30 +72,20 @@ fn own_group<K: Key>(key: &K, max_parallelism: usize) -> u32 {
     key_group(key, max_parallelism).0
 }
 
-/// Appends the store key of `key` (the stream's key) in table `name` to `out`.
-pub(super) fn store_key_into<K: Key>(
-    name: &str,
-    key: &K,
-    max_parallelism: usize,
-    out: &mut Vec<u8>,
-) -> Result<()> {
-    store_key_grouped_into(name, key, max_parallelism, own_group, out)
-}
-
 /// Appends the store key of `key` in table `name` to `out`, under the key group `group`
-/// gives it.
+/// gives it (of `max_parallelism`).
 fn store_key_grouped_into<K: Key>(
     name: &str,
     key: &K,
-    max_parallelism: usize,
-    group: fn(&K, usize) -> u32,
+    (max_parallelism, group): (usize, fn(&K, usize) -> u32),
+    encoding: KeyEncoding,
     out: &mut Vec<u8>,
 ) -> Result<()> {
     let g = group(key, max_parallelism) as u16;
     out.extend_from_slice(&g.to_be_bytes());
     out.extend_from_slice(name.as_bytes());
     out.push(0);
-    codec::encode_into(key, out)
+    encoding.encode_into(key, out)
 }
 
 /// Encoded bytes a cache's write-back (when it outgrows its capacity) hands to the store
@@ -237,6 +234,7 @@ impl<K: Key, V: Data> CachedTable<K, V> {
             max_parallelism: store.max_parallelism(),
             capacity: store.cache_capacity().max(1),
             entry_bytes: 0,
+            encoding: store.key_encoding(),
             store,
             group,
             reads: 0,
@@ -247,7 +245,8 @@ impl<K: Key, V: Data> CachedTable<K, V> {
 
     fn store_key(&self, k: &K) -> Result<Vec<u8>> {
         let mut out = Vec::with_capacity(self.name.len() + 16);
-        store_key_grouped_into(&self.name, k, self.max_parallelism, self.group, &mut out)?;
+        let (name, group) = (&self.name, (self.max_parallelism, self.group));
+        store_key_grouped_into(name, k, group, self.encoding, &mut out)?;
         Ok(out)
     }
 
@@ -410,10 +409,14 @@ impl<K: Key, V: Data> CachedTable<K, V> {
     fn take_changes(&mut self, store: Option<&dyn KvStore>) -> Result<Changes> {
         let mut changes = Changes::new(self.name.len() + 3);
         let (mut spilled_bytes, mut spilled) = (0, 0);
-        let (name, max_parallelism, group) = (&self.name, self.max_parallelism, self.group);
+        let (name, group, encoding) = (
+            &self.name,
+            (self.max_parallelism, self.group),
+            self.encoding,
+        );
         for (k, slot) in self.map.iter_mut().filter(|(_, s)| s.dirty) {
             changes.push_with(|buf| {
-                store_key_grouped_into(name, k, max_parallelism, group, buf)?;
+                store_key_grouped_into(name, k, group, encoding, buf)?;
                 let Some(v) = &slot.value else {
                     return Ok(None);
                 };
@@ -537,7 +540,9 @@ mod tests {
         );
         let data = store.data.borrow();
         for k in 0..full {
-            let stored = data.get(&store_key("t", &k, 128).unwrap()).unwrap();
+            let stored = data
+                .get(&store_key("t", &k, 128, KeyEncoding::Ordered).unwrap())
+                .unwrap();
             assert_eq!(
                 codec::decode::<Vec<u8>>(stored).unwrap(),
                 value(k),

@@ -12,6 +12,7 @@
 mod cached;
 mod heap;
 mod iter;
+mod key_encoding;
 mod operator_tables;
 mod prefix;
 mod store_list;
@@ -30,6 +31,7 @@ use ttl::{Ttl, TtlList, TtlMap, ttl_ms};
 
 pub use cached::{CachedTable, Changes, store_key};
 pub use iter::{ITER_BATCH, ListIter, MapIter};
+pub use key_encoding::KeyEncoding;
 pub use store_list::StoreListTable;
 pub use store_map::StoreMapTable;
 
@@ -213,6 +215,11 @@ pub trait KvStore {
     /// their capacity) rather than stop the task until the snapshot is written.
     fn settling(&self) -> bool {
         false
+    }
+    /// How the store encodes state keys; a store keeps one for its whole life (one
+    /// restored from an older checkpoint keeps that checkpoint's).
+    fn key_encoding(&self) -> KeyEncoding {
+        KeyEncoding::Ordered
     }
 }
 

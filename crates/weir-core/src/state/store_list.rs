@@ -74,7 +74,12 @@ impl<K: Key, V: Data> StoreListTable<K, V> {
     fn slot(&mut self, k: &K) -> Result<&mut Slot<V>> {
         if !self.keys.contains_key(k) {
             self.make_room(1)?;
-            let prefix = store_key(&self.name, k, self.max_parallelism)?;
+            let prefix = store_key(
+                &self.name,
+                k,
+                self.max_parallelism,
+                self.store.key_encoding(),
+            )?;
             let stored = match self.store.get(&prefix)? {
                 Some(bytes) => codec::decode::<u64>(&bytes).map_err(|e| {
                     Error::Malformed(format!(
@@ -300,6 +305,7 @@ impl<K: Key, V: Data> ListAccess<V> for StoreList<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::KeyEncoding;
     use crate::state::test_store::Store;
     use proptest::prelude::*;
 
@@ -343,7 +349,7 @@ mod tests {
     fn a_list_in_the_one_value_layout_is_refused() {
         let (store, mut t) = table(16);
         store.data.borrow_mut().insert(
-            store_key("l", &1u32, 128).unwrap(),
+            store_key("l", &1u32, 128, KeyEncoding::Ordered).unwrap(),
             codec::encode(&vec![1u64, 2, 3]).unwrap(),
         );
         let e = t.add(&1, 4).unwrap_err().to_string();

@@ -64,7 +64,12 @@ impl<K: Key, UK: Key, UV: Data> StoreMapTable<K, UK, UV> {
     fn prefix(&self, k: &K) -> Result<Vec<u8>> {
         match self.keys.get(k) {
             Some(slot) => Ok(slot.prefix.clone()),
-            None => store_key(&self.name, k, self.max_parallelism),
+            None => store_key(
+                &self.name,
+                k,
+                self.max_parallelism,
+                self.store.key_encoding(),
+            ),
         }
     }
 
@@ -80,7 +85,12 @@ impl<K: Key, UK: Key, UV: Data> StoreMapTable<K, UK, UV> {
         if !cached {
             self.make_room()?;
             if !self.keys.contains_key(k) {
-                let prefix = store_key(&self.name, k, self.max_parallelism)?;
+                let prefix = store_key(
+                    &self.name,
+                    k,
+                    self.max_parallelism,
+                    self.store.key_encoding(),
+                )?;
                 self.keys.insert(
                     k.clone(),
                     Slot {
@@ -351,6 +361,7 @@ impl<K: Key, UK: Key, UV: Data> MapAccess<UK, UV> for StoreMap<K, UK, UV> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::KeyEncoding;
     use crate::state::test_store::Store;
     use proptest::prelude::*;
     use std::collections::HashMap;
@@ -402,7 +413,7 @@ mod tests {
     fn a_map_in_the_one_value_layout_is_refused() {
         let (store, t) = table(16);
         store.data.borrow_mut().insert(
-            store_key("m", &1u32, 128).unwrap(),
+            store_key("m", &1u32, 128, KeyEncoding::Ordered).unwrap(),
             codec::encode(&BTreeMap::from([(1u32, 2u64)])).unwrap(),
         );
         let e = t.entries_after(&1, None, 10).unwrap_err().to_string();

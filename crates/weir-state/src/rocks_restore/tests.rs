@@ -69,13 +69,23 @@ pub(crate) fn keep(
 /// Runs `parallelism` old subtasks, each holding value `10 k` and map entry `(1, k)` for
 /// every key `k < KEYS` it owns (some cleared), and checkpoints them.
 fn old_instances(root: &Path, parallelism: usize) -> Vec<RestoredInstance> {
-    let cfg = config(root);
+    old_instances_with(root, parallelism, &[], KEYS)
+}
+
+/// [`old_instances`] for keys below `keys`, each subtask restored from `from` first.
+fn old_instances_with(
+    root: &Path,
+    parallelism: usize,
+    from: &[RestoredInstance],
+    keys: u64,
+) -> Vec<RestoredInstance> {
+    let cfg = config(&root.join(format!("run-{parallelism}-{keys}")));
     (0..parallelism)
         .map(|s| {
-            let (key, mut ctx) = open(&cfg, s, parallelism, &[]).unwrap();
+            let (key, mut ctx) = open(&cfg, s, parallelism, from).unwrap();
             let mut value = ctx.value_state::<u64>("value").unwrap();
             let mut map = ctx.map_state::<u32, u64>("map").unwrap();
-            for k in (0..KEYS).filter(|k| owned(*k, s, parallelism)) {
+            for k in (0..keys).filter(|k| owned(*k, s, parallelism)) {
                 key.set(k);
                 value.set(10 * k).unwrap();
                 map.put(1, k).unwrap();
@@ -86,7 +96,7 @@ fn old_instances(root: &Path, parallelism: usize) -> Vec<RestoredInstance> {
             let hooks = ctx.hooks();
             let mut snap = hooks.borrow_mut().snapshot(CheckpointId(1)).unwrap();
             snap.resolve_files().unwrap();
-            let dir = root.join(format!("stored-{parallelism}-{s}"));
+            let dir = root.join(format!("stored-{parallelism}-{keys}-{s}"));
             keep(&snap, &dir, key_group_range(s, MAX, parallelism))
         })
         .collect()
@@ -242,4 +252,149 @@ fn a_truncated_sst_file_is_a_clear_error() {
         .map(|e| e.file_name())
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// The file naming the key encoding in an instance's checkpoint.
+fn encoding_file(old: &RestoredInstance) -> Option<&LocalFile> {
+    old.files
+        .iter()
+        .find(|f| f.path.file_name().unwrap() == crate::rocks_restore::KEY_ENCODING_FILE)
+}
+
+/// Drops the key encoding's file from checkpointed instances: what weir wrote before it
+/// named the encoding.
+fn as_before_the_encoding_file(mut old: Vec<RestoredInstance>) -> Vec<RestoredInstance> {
+    for o in &mut old {
+        let f = encoding_file(o)
+            .expect("a checkpoint names its key encoding")
+            .clone();
+        std::fs::remove_file(&f.path).unwrap();
+        o.files.retain(|g| g.path != f.path);
+    }
+    old
+}
+
+/// Every store key of the instance checkpointed in `old` (its files are a whole RocksDB
+/// database), read with RocksDB itself.
+fn store_keys(old: &RestoredInstance) -> Vec<Vec<u8>> {
+    let dir = old.files[0].path.parent().unwrap();
+    let db = rocksdb::DB::open_for_read_only(&rocksdb::Options::default(), dir, false).unwrap();
+    db.iterator(rocksdb::IteratorMode::Start)
+        .map(|e| e.unwrap().0.to_vec())
+        .collect()
+}
+
+/// The store key of key `k` in table `value`, its key encoded by `encode`.
+fn value_key(k: u64, encode: fn(&u64, &mut Vec<u8>) -> weir_core::Result<()>) -> Vec<u8> {
+    let mut out = (key_group(&k, MAX).0 as u16).to_be_bytes().to_vec();
+    out.extend_from_slice(b"value\0");
+    encode(&k, &mut out).unwrap();
+    out
+}
+
+/// Checkpoints as the weir releases before ordered keys wrote them: keys in the value
+/// codec (little-endian integers), no file naming the encoding. Made by running today's
+/// instances restored from such a checkpoint (empty), which keep its encoding.
+fn little_endian_instances(root: &Path, parallelism: usize) -> Vec<RestoredInstance> {
+    let empty = old_instances_with(root, 1, &[], 0);
+    let empty = as_before_the_encoding_file(empty);
+    as_before_the_encoding_file(old_instances_with(root, parallelism, &empty, KEYS))
+}
+
+#[test]
+fn a_new_instance_keeps_integer_keys_in_numeric_order_and_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let old = old_instances(tmp.path(), 1);
+    let file = encoding_file(&old[0]).expect("the checkpoint names its key encoding");
+    assert_eq!(std::fs::read_to_string(&file.path).unwrap(), "ordered");
+    let keys = store_keys(&old[0]);
+    let ordered = value_key(300, weir_core::codec::encode_ordered_into);
+    assert!(keys.contains(&ordered), "key 300 stored as {ordered:?}");
+    // Within a key group, the value table's keys lie in numeric order.
+    let group = key_group(&300u64, MAX).0;
+    let mut in_group: Vec<u64> = (0..KEYS)
+        .filter(|k| k % 13 != 0 && key_group(k, MAX).0 == group)
+        .collect();
+    let stored: Vec<Vec<u8>> = keys
+        .into_iter()
+        .filter(|k| k.starts_with(&(group as u16).to_be_bytes()) && k[2..].starts_with(b"value\0"))
+        .collect();
+    in_group.sort();
+    let want: Vec<Vec<u8>> = in_group
+        .iter()
+        .map(|k| value_key(*k, weir_core::codec::encode_ordered_into))
+        .collect();
+    assert_eq!(stored, want);
+}
+
+/// Tried as a user upgrading weir would: checkpoints of a release before ordered keys
+/// restore with every value, at their own parallelism and rescaled, and the restored
+/// instance goes on in their encoding (its own checkpoints say so).
+#[test]
+fn checkpoints_with_little_endian_keys_restore_exactly_and_keep_their_encoding() {
+    let tmp = tempfile::tempdir().unwrap();
+    let old = little_endian_instances(tmp.path(), 2);
+    // What the releases before wrote: the value codec's encoding of the key.
+    let keys = store_keys(&old[0]);
+    let k = (0..KEYS)
+        .find(|k| *k > 300 && k % 13 != 0 && owned(*k, 0, 2))
+        .unwrap();
+    assert!(keys.contains(&value_key(k, weir_core::codec::encode_into)));
+    assert!(!keys.contains(&value_key(k, weir_core::codec::encode_ordered_into)));
+    for (to, name) in [(2, "same"), (3, "rescaled")] {
+        let cfg = config(&tmp.path().join(name));
+        for s in 0..to {
+            check(&cfg, s, to, &old);
+        }
+    }
+    let cfg = config(&tmp.path().join("again"));
+    let (key, mut ctx) = open(&cfg, 0, 1, &old).unwrap();
+    let mut value = ctx.value_state::<u64>("value").unwrap();
+    key.set(k);
+    value.set(1).unwrap();
+    let hooks = ctx.hooks();
+    let mut snap = hooks.borrow_mut().snapshot(CheckpointId(2)).unwrap();
+    snap.resolve_files().unwrap();
+    let again = keep(&snap, &tmp.path().join("again-stored"), 0..MAX as u32);
+    let file = encoding_file(&again).expect("named");
+    assert_eq!(
+        std::fs::read_to_string(&file.path).unwrap(),
+        "little-endian"
+    );
+    let (key, mut ctx) = open(&config(&tmp.path().join("last")), 0, 1, &[again]).unwrap();
+    let value = ctx.value_state::<u64>("value").unwrap();
+    key.set(k);
+    assert_eq!(value.get().unwrap(), Some(1));
+    // A key the restore kept and the job did not touch since.
+    let untouched = k + 1 + u64::from((k + 1) % 13 == 0);
+    key.set(untouched);
+    assert_eq!(value.get().unwrap(), Some(10 * untouched));
+}
+
+#[test]
+fn an_unknown_key_encoding_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let old = old_instances(tmp.path(), 1);
+    let file = encoding_file(&old[0]).unwrap().clone();
+    std::fs::write(&file.path, "zigzag").unwrap();
+    let cfg = config(&tmp.path().join("new"));
+    let e = open(&cfg, 0, 1, &old).err().expect("fails").to_string();
+    assert!(
+        e.contains(&file.name) && e.contains("\"zigzag\"") && e.contains("does not know"),
+        "{e}"
+    );
+}
+
+#[test]
+fn instances_of_different_key_encodings_are_not_merged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let little = little_endian_instances(&tmp.path().join("le"), 2);
+    let ordered = old_instances(&tmp.path().join("ordered"), 2);
+    let mixed = vec![little[0].clone(), ordered[1].clone()];
+    let cfg = config(&tmp.path().join("new"));
+    let e = open(&cfg, 0, 1, &mixed).err().expect("fails").to_string();
+    assert!(
+        e.contains("encode their keys differently (little-endian and ordered)"),
+        "{e}"
+    );
 }
