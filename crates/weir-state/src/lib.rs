@@ -18,6 +18,8 @@ mod budget;
 #[cfg(feature = "rocksdb")]
 mod rocks;
 #[cfg(feature = "rocksdb")]
+mod rocks_options;
+#[cfg(feature = "rocksdb")]
 mod rocks_restore;
 #[cfg(feature = "rocksdb")]
 pub use budget::{

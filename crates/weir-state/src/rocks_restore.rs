@@ -361,7 +361,7 @@ fn write_sst(
     );
     let mut opts = rocksdb::Options::default();
     opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
-    opts.set_block_based_table_factory(&crate::rocks::table_options(partitioned));
+    opts.set_block_based_table_factory(&crate::rocks_options::table_options(partitioned));
     let mut writer = rocksdb::SstFileWriter::create(&opts);
     let mut n = 0u64;
     for item in iter {
