@@ -34,6 +34,8 @@ use writer::{CheckpointMetrics, CheckpointWriter, Written, on_written};
 
 mod attempt;
 mod requests;
+mod restore;
+pub(crate) use restore::restore_span;
 mod specs;
 mod verify;
 mod writer;
@@ -299,20 +301,10 @@ pub(crate) fn run_with(
             .is_none_or(|c| c.verify_before_restore);
     loop {
         let _attempt = tracing::info_span!("attempt", attempt).entered();
-        let mut restore = None;
-        let mut verification = None;
-        let mut first_id = CheckpointId(1);
+        let mut resume = restore::Resume::fresh();
         if let Some(storage) = &storage {
-            let found = checkpoints::find_restore(
-                storage,
-                explicit.as_deref(),
-                job.cfg
-                    .checkpoint
-                    .as_ref()
-                    .is_some_and(|c| c.start_fresh_if_unusable),
-                !verify_first,
-            );
-            let found = match (found, job.cfg.checkpoint.as_ref(), restarts.as_mut()) {
+            let found = restore::find(name, &job, storage, explicit.as_deref(), verify_first);
+            resume = match (found, job.cfg.checkpoint.as_ref(), restarts.as_mut()) {
                 // A restart that cannot read its checkpoints (object storage restarting
                 // after the very failure that stopped the attempt) waits and tries again,
                 // as far as the restart strategy allows; a first start reports it at once.
@@ -323,46 +315,12 @@ pub(crate) fn run_with(
                 }
                 (found, _, _) => found?,
             };
-            if let Some((manifest, path)) = found {
-                // A checkpoint directory belongs to one job: resuming another job's
-                // checkpoint by accident would mix its state into this one. An explicit
-                // restore path (a savepoint) may come from a job of another name.
-                if explicit.is_none() && manifest.job != name {
-                    return Err(Error::Config(format!(
-                        "checkpoint directory {} holds checkpoints of job '{}', not of job '{name}': give this job its own checkpoint directory, or restore that checkpoint explicitly (CheckpointConfig::restore_from) if it is meant for this job",
-                        storage.dir().display(),
-                        manifest.job
-                    )));
-                }
-                restore_span(&manifest, &path).in_scope(|| {
-                    tracing::info!(
-                        job = name,
-                        checkpoint = manifest.checkpoint_id.0,
-                        kind = %manifest.kind,
-                        path = %path.display(),
-                        "{}",
-                        resume_line(name, &manifest, &path)
-                    )
-                });
-                if !verify_first && explicit.is_none() {
-                    verification = Some(verify::BackgroundVerify::start(
-                        storage,
-                        manifest.checkpoint_id,
-                        path.clone(),
-                    ));
-                }
-                restore = Some((manifest, path));
-            }
-            // Checkpoint ids never repeat within a job's lineage: above everything in this
-            // directory, and above the checkpoint or savepoint restored (which may come from
-            // another directory). Sinks name committed output by checkpoint id.
-            first_id = storage
-                .next_id()
-                .map_err(|e| Error::Config(e.to_string()))?;
-            if let Some((manifest, _)) = &restore {
-                first_id = first_id.max(CheckpointId(manifest.checkpoint_id.0.saturating_add(1)));
-            }
         }
+        let restore::Resume {
+            restore,
+            verification,
+            first_id,
+        } = resume;
         // A restore commits and deletes sink files: only while this run owns the directories.
         crate::owner::verify(storage.as_ref())?;
         job.status.attempt_started(attempt);
@@ -700,36 +658,5 @@ pub(crate) fn noun(kind: CheckpointKind) -> &'static str {
         CheckpointKind::Checkpoint => "checkpoint",
         CheckpointKind::Final => "final checkpoint",
         CheckpointKind::Savepoint => "savepoint",
-    }
-}
-
-/// The span of a restore: events about restoring `manifest` carry its id and path.
-pub(crate) fn restore_span(
-    manifest: &weir_checkpoint::Manifest,
-    path: &std::path::Path,
-) -> tracing::Span {
-    tracing::info_span!(
-        "restore",
-        checkpoint = manifest.checkpoint_id.0,
-        path = %path.display()
-    )
-}
-
-/// The line a run prints when it resumes: which checkpoint or savepoint, and, for the final
-/// checkpoint of a bounded job, that the job had already finished.
-fn resume_line(name: &str, manifest: &weir_checkpoint::Manifest, path: &std::path::Path) -> String {
-    if manifest.kind == weir_checkpoint::CheckpointKind::Final {
-        format!(
-            "job '{name}' had already finished: resuming after its end (final checkpoint {}, {}); sources that had reached their end read nothing more. To process the input again, give the job a new checkpoint directory.",
-            manifest.checkpoint_id,
-            path.display()
-        )
-    } else {
-        format!(
-            "job '{name}': resuming from {} {} ({})",
-            manifest.kind,
-            manifest.checkpoint_id,
-            path.display()
-        )
     }
 }
