@@ -14,8 +14,9 @@
 //! Every key of every column family starts with its 2-byte big-endian key group; the
 //! clipping relies on it. An instance encodes its state keys one way for its whole life
 //! ([`KeyEncoding`]); each checkpoint names it in a small file, [`KEY_ENCODING_FILE`], and
-//! the instance restored takes the encoding of the instances it is made of. Fetching the files from checkpoint storage, and local recovery,
-//! are the runtime's; the snapshot itself is `rocks.rs`'s.
+//! the instance restored takes the encoding of the instances it is made of. Fetching the
+//! files from checkpoint storage, and local recovery, are the runtime's; the snapshot
+//! itself is `rocks.rs`'s.
 
 use crate::rocks::{err, io};
 use std::collections::HashMap;

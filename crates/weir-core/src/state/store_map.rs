@@ -85,12 +85,7 @@ impl<K: Key, UK: Key, UV: Data> StoreMapTable<K, UK, UV> {
         if !cached {
             self.make_room()?;
             if !self.keys.contains_key(k) {
-                let prefix = store_key(
-                    &self.name,
-                    k,
-                    self.max_parallelism,
-                    self.store.key_encoding(),
-                )?;
+                let prefix = self.prefix(k)?;
                 self.keys.insert(
                     k.clone(),
                     Slot {
