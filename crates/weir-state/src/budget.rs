@@ -116,6 +116,28 @@ impl SlotPlan {
     }
 }
 
+/// The smallest shard of a slot's block cache: a whole-file filter or index block of a
+/// large SST file is megabytes, and a block larger than its shard's free room is evicted
+/// as soon as it is read (then read and checksummed again at the next lookup).
+const MIN_CACHE_SHARD_BYTES: usize = 32 << 20;
+
+/// The slot's LRU block cache of `bytes`, in as few shards as keep each at least
+/// [`MIN_CACHE_SHARD_BYTES`] (at most 64). RocksDB's own default cuts a cache into shards
+/// of 512 KiB and up (64 shards of 2.3 MiB for 150 MiB), too small for such blocks next
+/// to the memtables charged to the same cache. A slot's threads (its tasks, one flush
+/// and compactions) are few, so fewer shards cost little in lock contention.
+fn block_cache(bytes: usize) -> rocksdb::Cache {
+    let mut opts = rocksdb::LruCacheOptions::default();
+    opts.set_capacity(bytes);
+    opts.set_num_shard_bits(cache_shard_bits(bytes));
+    rocksdb::Cache::new_lru_cache_opts(&opts)
+}
+
+/// The cache of `bytes` is cut into 2^bits shards of at least [`MIN_CACHE_SHARD_BYTES`].
+fn cache_shard_bits(bytes: usize) -> i32 {
+    (bytes / MIN_CACHE_SHARD_BYTES).clamp(1, 64).ilog2() as i32
+}
+
 /// The memory one slot's RocksDB instances share.
 pub(crate) struct SlotMemory {
     plan: SlotPlan,
@@ -148,7 +170,7 @@ impl SlotMemory {
         if let Some(m) = registry.get(&id).and_then(Weak::upgrade) {
             return Ok(m);
         }
-        let cache = rocksdb::Cache::new_lru_cache(plan.rocksdb_bytes);
+        let cache = block_cache(plan.rocksdb_bytes);
         let write_buffers = rocksdb::WriteBufferManager::new_write_buffer_manager_with_cache(
             plan.memtable_bytes,
             false,
@@ -220,6 +242,27 @@ mod tests {
             memory_budget_bytes: budget,
             cache_entries: entries,
             ..RocksDbConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_block_cache_has_few_shards_each_large_enough_for_a_whole_file_filter() {
+        // A slot's RocksDB share of the default 512 MiB budget at P=1 (384 MiB): 8 shards
+        // of 48 MiB, where RocksDB's own default would cut 64 of 6 MiB.
+        assert_eq!(cache_shard_bits(384 << 20), 3);
+        // 200 MiB at P=1: 150 MiB in 4 shards of 37.5 MiB.
+        assert_eq!(cache_shard_bits(150 << 20), 2);
+        // Small caches stay whole; the largest stop at 64 shards.
+        assert_eq!(cache_shard_bits(12 << 20), 0);
+        assert_eq!(cache_shard_bits(63 << 20), 0);
+        assert_eq!(cache_shard_bits(64 << 20), 1);
+        assert_eq!(cache_shard_bits(64 << 30), 6);
+        for bytes in [12usize << 20, 100 << 20, 1 << 30, 5 << 30] {
+            let shard = bytes >> cache_shard_bits(bytes);
+            assert!(
+                shard >= MIN_CACHE_SHARD_BYTES.min(bytes),
+                "{bytes}: shard {shard}"
+            );
         }
     }
 
