@@ -1,14 +1,9 @@
 package weir.bench;
 
-import java.io.IOException;
-import java.nio.file.Files;
-import java.nio.file.Path;
-import java.nio.file.Paths;
 import java.util.Locale;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLong;
-import java.util.stream.Stream;
 
 import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.api.common.functions.OpenContext;
@@ -18,11 +13,7 @@ import org.apache.flink.api.common.state.ValueStateDescriptor;
 import org.apache.flink.api.common.typeinfo.PrimitiveArrayTypeInfo;
 import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.java.tuple.Tuple2;
-import org.apache.flink.configuration.ConfigOption;
-import org.apache.flink.configuration.ConfigOptions;
 import org.apache.flink.configuration.Configuration;
-import org.apache.flink.configuration.MemorySize;
-import org.apache.flink.configuration.TaskManagerOptions;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
 import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
@@ -101,49 +92,6 @@ public final class KeyedSumLarge {
         }
     }
 
-    private static long peakRssKib() {
-        try (Stream<String> lines = Files.lines(Paths.get("/proc/self/status"))) {
-            return lines.filter(l -> l.startsWith("VmHWM:"))
-                    .map(l -> l.substring(6).trim().replace("kB", "").trim())
-                    .mapToLong(Long::parseLong)
-                    .findFirst()
-                    .orElse(-1);
-        } catch (IOException | RuntimeException e) {
-            return -1;
-        }
-    }
-
-    /** CPU time (user + system) of this process so far, all threads, in seconds. */
-    private static double cpuSeconds() {
-        try {
-            String stat = Files.readString(Paths.get("/proc/self/stat"));
-            String[] f = stat.substring(stat.lastIndexOf(')') + 2).split(" ");
-            // Fields 14 and 15 of stat (utime, stime) are 12 and 13 after the command name,
-            // in clock ticks of 1/100 s on Linux.
-            return (Long.parseLong(f[11]) + Long.parseLong(f[12])) / 100.0;
-        } catch (IOException | RuntimeException e) {
-            return -1;
-        }
-    }
-
-    private static long dirBytes(Path dir) {
-        try (Stream<Path> s = Files.walk(dir)) {
-            return s.filter(Files::isRegularFile).mapToLong(p -> {
-                try {
-                    return Files.size(p);
-                } catch (IOException e) {
-                    return 0; // removed while walking
-                }
-            }).sum();
-        } catch (IOException | RuntimeException e) {
-            return 0;
-        }
-    }
-
-    private static ConfigOption<String> option(String key) {
-        return ConfigOptions.key(key).stringType().noDefaultValue();
-    }
-
     private static void usage(String why) {
         System.err.println(why);
         System.err.println("usage: KeyedSumLarge --dir NEW_DIR [--keys 20000000] [--events 2*keys]"
@@ -185,31 +133,14 @@ public final class KeyedSumLarge {
         if (valueBytes < 8) {
             usage("--value-bytes must be at least 8 (the sum's bytes)");
         }
-        Path dir = Paths.get(dirArg).toAbsolutePath();
-        if (Files.isDirectory(dir)) {
-            try (Stream<Path> s = Files.list(dir)) {
-                if (s.findAny().isPresent()) {
-                    usage(dir + " is not empty; give the benchmark a new directory");
-                }
-            }
+        Bench.Dirs dirs;
+        try {
+            dirs = Bench.prepare(dirArg);
+        } catch (IllegalArgumentException e) {
+            usage(e.getMessage());
+            return;
         }
-        Path local = dir.resolve("local");
-        Path checkpoints = dir.resolve("checkpoints");
-        Path tmp = dir.resolve("tmp");
-        Files.createDirectories(local);
-        Files.createDirectories(checkpoints);
-        Files.createDirectories(tmp);
-
-        Configuration conf = new Configuration();
-        conf.set(option("state.backend.type"), "rocksdb");
-        conf.set(option("execution.checkpointing.incremental"), "true");
-        conf.set(option("execution.checkpointing.dir"), checkpoints.toUri().toString());
-        conf.set(option("state.backend.rocksdb.localdir"), local.toString());
-        conf.set(option("state.backend.rocksdb.memory.managed"), "true");
-        conf.set(option("io.tmp.dirs"), tmp.toString());
-        // The RocksDB memory budget: managed memory, split evenly over the P slots.
-        conf.set(TaskManagerOptions.MANAGED_MEMORY_SIZE, MemorySize.ofMebiBytes(budgetMib));
-        conf.set(TaskManagerOptions.NUM_TASK_SLOTS, parallelism);
+        Configuration conf = Bench.rocksdb(dirs, budgetMib, parallelism);
 
         StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(parallelism, conf);
         if (intervalMs > 0) {
@@ -225,29 +156,18 @@ public final class KeyedSumLarge {
                 .returns(Types.TUPLE(Types.LONG, Types.LONG))
                 .sinkTo(new DiscardingSink<>());
 
-        // Measured while the job runs: the backend removes its files (and, without retained
-        // checkpoints, the checkpoint directory's contents) when the job ends.
-        AtomicLong stateBytes = new AtomicLong();
-        AtomicLong checkpointBytes = new AtomicLong();
-        Thread poller = new Thread(() -> {
-            while (!Thread.currentThread().isInterrupted()) {
-                stateBytes.accumulateAndGet(dirBytes(local), Math::max);
-                checkpointBytes.accumulateAndGet(dirBytes(checkpoints), Math::max);
-                try {
-                    Thread.sleep(1500);
-                } catch (InterruptedException e) {
-                    return;
-                }
-            }
-        }, "state-size-poller");
-        poller.setDaemon(true);
-        poller.start();
-        double cpu0 = cpuSeconds();
+        double cpu0 = Bench.cpuSeconds();
         long t0 = System.nanoTime();
-        JobExecutionResult r = env.execute("flink-keyed-sum-large");
+        JobExecutionResult r;
+        long stateBytes;
+        long checkpointBytes;
+        try (Bench.SizePoller sizes = new Bench.SizePoller(dirs)) {
+            r = env.execute("flink-keyed-sum-large");
+            stateBytes = sizes.stateBytes.get();
+            checkpointBytes = sizes.checkpointBytes.get();
+        }
         double wall = (System.nanoTime() - t0) / 1e9;
-        double cpu = cpuSeconds() - cpu0;
-        poller.interrupt();
+        double cpu = Bench.cpuSeconds() - cpu0;
         double net = r.getNetRuntime() / 1000.0;
         System.out.println(String.format(Locale.ROOT,
                 "{\"bench\":\"flink-keyed-sum-large\",\"flink_version\":\"%s\",\"events\":%d,\"keys\":%d,"
@@ -258,7 +178,7 @@ public final class KeyedSumLarge {
                         + "\"results\":%d}",
                 org.apache.flink.runtime.util.EnvironmentInformation.getVersion(), events, keys, valueBytes,
                 parallelism, budgetMib, intervalMs, net, wall, cpu, Math.round(events / net), COMPLETED.size(),
-                peakRssKib(), stateBytes.get(), checkpointBytes.get(), EMITTED.get()));
+                Bench.peakRssKib(), stateBytes, checkpointBytes, EMITTED.get()));
         System.exit(0);
     }
 }
