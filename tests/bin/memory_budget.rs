@@ -1,9 +1,15 @@
-//! A job whose RocksDB state is far larger than its memory budget, for the memory test:
-//! every key gets a value of `--value-bytes` bytes, then every key is read back and
-//! checked. Prints what it verified, the state's logical size and its own peak RSS.
+//! A job whose RocksDB state is far larger than its memory budget, for the memory test.
+//! Prints what it verified, the state's logical size and its own peak RSS.
+//!
+//! - `--job keyed` (the default): every key gets a value of `--value-bytes` bytes in a
+//!   value state, then every key is read back and checked.
+//! - `--job windows`: event-time windows of 2 h sliding by 1 h, every event at time 0, so
+//!   each key has two open windows (panes in RocksDB, with their timers) until the input
+//!   ends. A window's accumulator is the key's `--value-bytes` bytes, stored by the key's
+//!   first event and checked by its second; every window fires at the end with its count.
 //!
 //! `memory_budget --keys N --value-bytes B --budget-mib M --checkpoint-dir DIR
-//!  [--parallelism P] [--checkpoint-interval-ms MS]`
+//!  [--job keyed|windows] [--parallelism P] [--checkpoint-interval-ms MS]`
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,6 +60,39 @@ impl KeyedProcessFunction<u64, (u64, i64), u64> for FillThenCheck {
     }
 }
 
+/// A window's accumulator: the events it counted, the key's bytes as its first event
+/// stored them, and whether a later event found them changed.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Blob {
+    events: u32,
+    bytes: Vec<u8>,
+    differs: bool,
+}
+
+struct StoreThenCheck(usize);
+
+impl AggregateFunction<(u64, i64), Blob, Blob> for StoreThenCheck {
+    fn create(&self) -> Blob {
+        Blob::default()
+    }
+    fn add(&self, acc: &mut Blob, (k, _): (u64, i64)) {
+        let expected = value_of(k, self.0);
+        if acc.events == 0 {
+            acc.bytes = expected;
+        } else if acc.bytes != expected {
+            acc.differs = true;
+        }
+        acc.events += 1;
+    }
+    fn result(&self, acc: &Blob) -> Blob {
+        acc.clone()
+    }
+    fn merge(&self, acc: &mut Blob, other: Blob) {
+        acc.differs |= other.differs || (acc.events > 0 && acc.bytes != other.bytes);
+        acc.events += other.events;
+    }
+}
+
 struct Count(u64, Arc<AtomicU64>);
 
 impl SinkFunction<u64> for Count {
@@ -85,6 +124,7 @@ fn main() -> anyhow::Result<()> {
     let mut parallelism = 1usize;
     let mut interval_ms = 1000u64;
     let mut dir = None;
+    let mut job = String::from("keyed");
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let mut value = || {
@@ -98,6 +138,7 @@ fn main() -> anyhow::Result<()> {
             "--parallelism" => parallelism = value()?.parse()?,
             "--checkpoint-interval-ms" => interval_ms = value()?.parse()?,
             "--checkpoint-dir" => dir = Some(std::path::PathBuf::from(value()?)),
+            "--job" => job = value()?,
             other => anyhow::bail!("unknown flag {other}"),
         }
     }
@@ -117,16 +158,41 @@ fn main() -> anyhow::Result<()> {
     let verified = Arc::new(AtomicU64::new(0));
     let total = verified.clone();
     // Event i has key i % keys: every key is seen twice, a whole pass apart.
-    env.generator(2 * keys, keys)
-        .key_by(|(k, _)| *k)
-        .process(move || FillThenCheck { len, state: None })
-        .sink("count", move || Count(0, total.clone()));
+    let events = env.generator(2 * keys, keys);
+    let (what, expected, logical) = match job.as_str() {
+        "keyed" => {
+            events
+                .key_by(|(k, _)| *k)
+                .process(move || FillThenCheck { len, state: None })
+                .sink("count", move || Count(0, total.clone()));
+            ("keys", keys, keys * (len as u64 + 8))
+        }
+        "windows" => {
+            events
+                .with_watermarks(
+                    WatermarkStrategy::bounded_out_of_orderness(0)
+                        .with_timestamps(|_: &(u64, i64)| 0),
+                )
+                .key_by(|(k, _)| *k)
+                .window(WindowAssigner::sliding(2 * 3_600_000, 3_600_000))
+                .aggregate_with_window(StoreThenCheck(len), move |k, _w, b: Blob| {
+                    // A window is verified when it saw the key's two events and its bytes
+                    // came back from RocksDB as stored.
+                    (b.events == 2 && !b.differs && b.bytes == value_of(*k, len)).then_some(*k)
+                })
+                .flat_map(|k: Option<u64>| k)
+                .sink("count", move || Count(0, total.clone()));
+            // Two windows per key, each holding the key's bytes.
+            ("windows", 2 * keys, 2 * keys * (len as u64 + 8))
+        }
+        other => anyhow::bail!("unknown job {other}: keyed or windows"),
+    };
     let run = env.execute("memory-budget")?;
     println!(
-        "verified {} of {keys} keys",
+        "verified {} of {expected} {what}",
         verified.load(Ordering::SeqCst)
     );
-    println!("logical state {} bytes", keys * (len as u64 + 8));
+    println!("logical state {logical} bytes");
     println!("checkpoints {}", run.checkpoints_completed);
     println!("peak RSS {} KiB", peak_rss_kib());
     Ok(())

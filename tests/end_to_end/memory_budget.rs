@@ -1,7 +1,8 @@
 //! The RocksDB memory budget, seen from outside: a job whose state is more than ten times
 //! its budget runs to the end in its own process, and that process's peak resident memory
 //! (`VmHWM` in `/proc/PID/status`) stays within the budget plus weir's documented fixed
-//! overhead (docs/checkpoints.md, "Sizing memory").
+//! overhead (docs/checkpoints.md, "Sizing memory"): keyed state, and windows whose panes
+//! and timers are in RocksDB.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -36,18 +37,21 @@ fn command(dir: &std::path::Path, keys: u64, value_bytes: usize, budget_mib: u64
     c
 }
 
+/// Runs `job` of the memory_budget binary (`keyed` or `windows`) with `keys` keys of
+/// `value_bytes` at a 16 MiB budget; checks that it verified all `expected` of `what`
+/// (keys or windows), that its state was at least ten times the budget and that its peak
+/// RSS stayed within the budget plus the fixed overhead.
 #[cfg(target_os = "linux")]
-#[test]
-fn a_job_with_state_ten_times_its_memory_budget_stays_within_it() {
+fn runs_within_the_budget(job: &str, keys: u64, value_bytes: usize, what: &str, expected: u64) {
     let budget_mib = 16u64;
-    let (keys, value_bytes) = (42_000u64, 4000usize);
-    let logical = keys * (value_bytes as u64 + 8);
+    let logical = expected * (value_bytes as u64 + 8);
     assert!(
         logical >= 10 * (budget_mib << 20),
         "the state must be >= 10x the budget"
     );
     let tmp = tempfile::tempdir().unwrap();
     let mut child = command(tmp.path(), keys, value_bytes, budget_mib)
+        .args(["--job", job])
         .spawn()
         .expect("start memory_budget");
     let pid = child.id();
@@ -84,7 +88,10 @@ fn a_job_with_state_ten_times_its_memory_budget_stays_within_it() {
     assert!(status.success(), "memory_budget failed: {status}\n{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 4, "{out}");
-    assert_eq!(lines[0], format!("verified {keys} of {keys} keys"));
+    assert_eq!(
+        lines[0],
+        format!("verified {expected} of {expected} {what}")
+    );
     assert_eq!(lines[1], format!("logical state {logical} bytes"));
     let checkpoints: u64 = lines[2]
         .strip_prefix("checkpoints ")
@@ -104,8 +111,22 @@ fn a_job_with_state_ten_times_its_memory_budget_stays_within_it() {
     let limit = (budget_mib << 10) + FIXED_OVERHEAD_KIB;
     assert!(
         peak <= limit,
-        "peak RSS {peak} KiB exceeds the budget of {budget_mib} MiB plus {FIXED_OVERHEAD_KIB} KiB"
+        "{job}: peak RSS {peak} KiB exceeds the budget of {budget_mib} MiB plus {FIXED_OVERHEAD_KIB} KiB"
     );
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_job_with_state_ten_times_its_memory_budget_stays_within_it() {
+    runs_within_the_budget("keyed", 42_000, 4000, "keys", 42_000);
+}
+
+/// Windows in RocksDB: 21,000 keys with two open windows each, every window's accumulator
+/// 4,000 bytes, all open until the input ends (168 MB of panes for a 16 MiB budget).
+#[cfg(target_os = "linux")]
+#[test]
+fn windows_with_contents_ten_times_the_memory_budget_stay_within_it() {
+    runs_within_the_budget("windows", 21_000, 4000, "windows", 42_000);
 }
 
 #[test]
