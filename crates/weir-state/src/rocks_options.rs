@@ -39,12 +39,12 @@ pub struct RocksDbConfig {
     pub local_recovery: bool,
     /// Partitioned index and filter blocks (off by default): each SST file's index and bloom
     /// filter are cut into 4 KiB partitions under a small top-level index kept in the
-    /// cache, so a read loads only the partition its key falls in. Turn it on for jobs that
-    /// read many keys that do not exist yet in a state far larger than the memory budget,
-    /// such as sliding windows (each event opens new panes): there a whole-file filter is
-    /// evicted by data blocks and read again for nearly every read (11× faster with it on in
-    /// `weir-bench sliding-window`). It costs point reads of existing keys a second index
-    /// lookup (keyed-sum at 20M keys: 28% slower). Flink's
+    /// cache, so a read loads only the partition its key falls in, and a file's index and
+    /// filter take the cache a piece at a time. It costs point reads of existing keys a
+    /// second index lookup (keyed-sum at 20M keys: 28% slower). Since the block cache is
+    /// cut into shards large enough for a whole-file filter (decision 0055), a sliding
+    /// window over 1M keys runs as fast without it; consider it when index and filter
+    /// blocks together approach the block cache's size. Flink's
     /// `state.backend.rocksdb.memory.partitioned-index-filters`; see
     /// docs/decisions/0051-partitioned-index-and-filters.md.
     pub partitioned_index_filters: bool,
