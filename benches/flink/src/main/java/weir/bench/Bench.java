@@ -7,6 +7,9 @@ import java.nio.file.Paths;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.stream.Stream;
 
+import org.apache.flink.api.common.JobExecutionResult;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+
 import org.apache.flink.configuration.ConfigOption;
 import org.apache.flink.configuration.ConfigOptions;
 import org.apache.flink.configuration.Configuration;
@@ -20,6 +23,82 @@ import org.apache.flink.configuration.TaskManagerOptions;
  */
 final class Bench {
     private Bench() {}
+
+    /**
+     * The flags both jobs take, as weir-bench's: {@code --keys}, {@code --events} (-1 until
+     * given), {@code --value-bytes}, {@code --parallelism}, {@code --budget-mib},
+     * {@code --checkpoint-interval-ms} and {@code --dir} (required). A bad flag prints
+     * {@code why} and the usage line, and exits with status 2.
+     */
+    static final class Flags {
+        long keys;
+        long events = -1;
+        int valueBytes = 100;
+        int parallelism = 1;
+        long budgetMib = 200;
+        long intervalMs = 1000;
+        String dir;
+        private final String usage;
+
+        Flags(long keys, String usage, String[] args) {
+            this.keys = keys;
+            this.usage = usage;
+            for (int i = 0; i < args.length; i++) {
+                if (i + 1 >= args.length) {
+                    fail("missing value for " + args[i]);
+                }
+                String v = args[++i];
+                switch (args[i - 1]) {
+                    case "--keys" -> this.keys = Long.parseLong(v);
+                    case "--events" -> events = Long.parseLong(v);
+                    case "--value-bytes" -> valueBytes = Integer.parseInt(v);
+                    case "--parallelism" -> parallelism = Integer.parseInt(v);
+                    case "--budget-mib" -> budgetMib = Long.parseLong(v);
+                    case "--checkpoint-interval-ms" -> intervalMs = Long.parseLong(v);
+                    case "--dir" -> dir = v;
+                    default -> fail("unknown flag " + args[i - 1]);
+                }
+            }
+            if (dir == null) {
+                fail("--dir is required");
+            }
+        }
+
+        void fail(String why) {
+            System.err.println(why);
+            System.err.println(usage);
+            System.exit(2);
+        }
+
+        /** The working directory, prepared; a directory that is not empty is a bad flag. */
+        Dirs dirs() throws IOException {
+            try {
+                return prepare(dir);
+            } catch (IllegalArgumentException e) {
+                fail(e.getMessage());
+                throw e;
+            }
+        }
+    }
+
+    /** What one run of a job measured. */
+    record Measured(double netS, double wallS, double cpuS, long stateBytes, long checkpointBytes) {}
+
+    /** Runs the job built in {@code env}, measuring its time, CPU and bytes on disk. */
+    static Measured execute(StreamExecutionEnvironment env, Dirs dirs, String name) throws Exception {
+        double cpu0 = cpuSeconds();
+        long t0 = System.nanoTime();
+        JobExecutionResult r;
+        long stateBytes;
+        long checkpointBytes;
+        try (SizePoller sizes = new SizePoller(dirs)) {
+            r = env.execute(name);
+            stateBytes = sizes.stateBytes.get();
+            checkpointBytes = sizes.checkpointBytes.get();
+        }
+        double wall = (System.nanoTime() - t0) / 1e9;
+        return new Measured(r.getNetRuntime() / 1000.0, wall, cpuSeconds() - cpu0, stateBytes, checkpointBytes);
+    }
 
     /** The benchmark's working directory and the three directories Flink gets inside it. */
     record Dirs(Path local, Path checkpoints, Path tmp) {}

@@ -5,7 +5,6 @@ import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLong;
 
-import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.api.common.state.CheckpointListener;
 import org.apache.flink.api.common.state.ValueState;
@@ -92,63 +91,28 @@ public final class KeyedSumLarge {
         }
     }
 
-    private static void usage(String why) {
-        System.err.println(why);
-        System.err.println("usage: KeyedSumLarge --dir NEW_DIR [--keys 20000000] [--events 2*keys]"
-                + " [--value-bytes 100] [--parallelism 1] [--budget-mib 200]"
-                + " [--checkpoint-interval-ms 1000]");
-        System.exit(2);
-    }
+    static final String NAME = "flink-keyed-sum-large";
 
     public static void main(String[] args) throws Exception {
-        long keys = 20_000_000L;
-        long events = -1;
-        int valueBytes = 100;
-        int parallelism = 1;
-        long budgetMib = 200;
-        long intervalMs = 1000;
-        String dirArg = null;
-        for (int i = 0; i < args.length; i++) {
-            if (i + 1 >= args.length) {
-                usage("missing value for " + args[i]);
-            }
-            String v = args[++i];
-            switch (args[i - 1]) {
-                case "--keys" -> keys = Long.parseLong(v);
-                case "--events" -> events = Long.parseLong(v);
-                case "--value-bytes" -> valueBytes = Integer.parseInt(v);
-                case "--parallelism" -> parallelism = Integer.parseInt(v);
-                case "--budget-mib" -> budgetMib = Long.parseLong(v);
-                case "--checkpoint-interval-ms" -> intervalMs = Long.parseLong(v);
-                case "--dir" -> dirArg = v;
-                default -> usage("unknown flag " + args[i - 1]);
-            }
+        Bench.Flags f = new Bench.Flags(20_000_000L, "usage: KeyedSumLarge --dir NEW_DIR [--keys 20000000] [--events 2*keys]"
+                + " [--value-bytes 100] [--parallelism 1] [--budget-mib 200]"
+                + " [--checkpoint-interval-ms 1000]", args);
+        if (f.events < 0) {
+            f.events = 2 * f.keys;
         }
-        if (dirArg == null) {
-            usage("--dir is required");
+        if (f.valueBytes < 8) {
+            f.fail("--value-bytes must be at least 8 (the sum's bytes)");
         }
-        if (events < 0) {
-            events = 2 * keys;
-        }
-        if (valueBytes < 8) {
-            usage("--value-bytes must be at least 8 (the sum's bytes)");
-        }
-        Bench.Dirs dirs;
-        try {
-            dirs = Bench.prepare(dirArg);
-        } catch (IllegalArgumentException e) {
-            usage(e.getMessage());
-            return;
-        }
-        Configuration conf = Bench.rocksdb(dirs, budgetMib, parallelism);
+        Bench.Dirs dirs = f.dirs();
+        Configuration conf = Bench.rocksdb(dirs, f.budgetMib, f.parallelism);
 
-        StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(parallelism, conf);
-        if (intervalMs > 0) {
-            env.enableCheckpointing(intervalMs);
+        StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(f.parallelism, conf);
+        if (f.intervalMs > 0) {
+            env.enableCheckpointing(f.intervalMs);
         }
-        final long k = keys;
-        final int len = valueBytes;
-        env.fromSequence(0, events - 1)
+        final long k = f.keys;
+        final int len = f.valueBytes;
+        env.fromSequence(0, f.events - 1)
                 .map(i -> Tuple2.of(i % k, i))
                 .returns(Types.TUPLE(Types.LONG, Types.LONG))
                 .keyBy(t -> t.f0, Types.LONG)
@@ -156,29 +120,18 @@ public final class KeyedSumLarge {
                 .returns(Types.TUPLE(Types.LONG, Types.LONG))
                 .sinkTo(new DiscardingSink<>());
 
-        double cpu0 = Bench.cpuSeconds();
-        long t0 = System.nanoTime();
-        JobExecutionResult r;
-        long stateBytes;
-        long checkpointBytes;
-        try (Bench.SizePoller sizes = new Bench.SizePoller(dirs)) {
-            r = env.execute("flink-keyed-sum-large");
-            stateBytes = sizes.stateBytes.get();
-            checkpointBytes = sizes.checkpointBytes.get();
-        }
-        double wall = (System.nanoTime() - t0) / 1e9;
-        double cpu = Bench.cpuSeconds() - cpu0;
-        double net = r.getNetRuntime() / 1000.0;
+        Bench.Measured m = Bench.execute(env, dirs, NAME);
         System.out.println(String.format(Locale.ROOT,
-                "{\"bench\":\"flink-keyed-sum-large\",\"flink_version\":\"%s\",\"events\":%d,\"keys\":%d,"
+                "{\"bench\":\"" + NAME + "\",\"flink_version\":\"%s\",\"events\":%d,\"keys\":%d,"
                         + "\"value_bytes\":%d,\"parallelism\":%d,\"state\":\"rocksdb\",\"incremental\":true,"
                         + "\"managed_memory_mib\":%d,\"checkpoint_interval_ms\":%d,\"elapsed_s\":%.3f,"
                         + "\"wall_s\":%.3f,\"cpu_s\":%.2f,\"events_per_sec\":%d,\"checkpoints_completed\":%d,"
                         + "\"peak_rss_kib\":%d,\"state_dir_bytes\":%d,\"checkpoint_dir_bytes\":%d,"
                         + "\"results\":%d}",
-                org.apache.flink.runtime.util.EnvironmentInformation.getVersion(), events, keys, valueBytes,
-                parallelism, budgetMib, intervalMs, net, wall, cpu, Math.round(events / net), COMPLETED.size(),
-                Bench.peakRssKib(), stateBytes, checkpointBytes, EMITTED.get()));
+                org.apache.flink.runtime.util.EnvironmentInformation.getVersion(), f.events, f.keys, f.valueBytes,
+                f.parallelism, f.budgetMib, f.intervalMs, m.netS(), m.wallS(), m.cpuS(),
+                Math.round(f.events / m.netS()), COMPLETED.size(),
+                Bench.peakRssKib(), m.stateBytes(), m.checkpointBytes(), EMITTED.get()));
         System.exit(0);
     }
 }

@@ -6,7 +6,6 @@ import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLong;
 
-import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.functions.AggregateFunction;
 import org.apache.flink.api.common.functions.MapFunction;
@@ -72,57 +71,24 @@ public final class SlidingWindowCount {
         }
     }
 
-    private static void usage(String why) {
-        System.err.println(why);
-        System.err.println("usage: SlidingWindowCount --dir NEW_DIR [--keys 1000000] [--events 10*keys]"
-                + " [--parallelism 1] [--budget-mib 200] [--checkpoint-interval-ms 1000]");
-        System.exit(2);
-    }
+    static final String NAME = "flink-sliding-window-count";
 
     public static void main(String[] args) throws Exception {
-        long keys = 1_000_000L;
-        long events = -1;
-        int parallelism = 1;
-        long budgetMib = 200;
-        long intervalMs = 1000;
-        String dirArg = null;
-        for (int i = 0; i < args.length; i++) {
-            if (i + 1 >= args.length) {
-                usage("missing value for " + args[i]);
-            }
-            String v = args[++i];
-            switch (args[i - 1]) {
-                case "--keys" -> keys = Long.parseLong(v);
-                case "--events" -> events = Long.parseLong(v);
-                case "--parallelism" -> parallelism = Integer.parseInt(v);
-                case "--budget-mib" -> budgetMib = Long.parseLong(v);
-                case "--checkpoint-interval-ms" -> intervalMs = Long.parseLong(v);
-                case "--dir" -> dirArg = v;
-                default -> usage("unknown flag " + args[i - 1]);
-            }
+        Bench.Flags f = new Bench.Flags(1_000_000L, "usage: SlidingWindowCount --dir NEW_DIR [--keys 1000000] [--events 10*keys]"
+                + " [--parallelism 1] [--budget-mib 200] [--checkpoint-interval-ms 1000]", args);
+        if (f.events < 0) {
+            f.events = 10 * f.keys;
         }
-        if (dirArg == null) {
-            usage("--dir is required");
-        }
-        if (events < 0) {
-            events = 10 * keys;
-        }
-        Bench.Dirs dirs;
-        try {
-            dirs = Bench.prepare(dirArg);
-        } catch (IllegalArgumentException e) {
-            usage(e.getMessage());
-            return;
-        }
-        Configuration conf = Bench.rocksdb(dirs, budgetMib, parallelism);
+        Bench.Dirs dirs = f.dirs();
+        Configuration conf = Bench.rocksdb(dirs, f.budgetMib, f.parallelism);
 
-        StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(parallelism, conf);
+        StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(f.parallelism, conf);
         env.getConfig().setAutoWatermarkInterval(20);
-        if (intervalMs > 0) {
-            env.enableCheckpointing(intervalMs);
+        if (f.intervalMs > 0) {
+            env.enableCheckpointing(f.intervalMs);
         }
-        final long k = keys;
-        env.fromSequence(0, events - 1)
+        final long k = f.keys;
+        env.fromSequence(0, f.events - 1)
                 .map(i -> Tuple2.of(i % k, i))
                 .returns(Types.TUPLE(Types.LONG, Types.LONG))
                 .assignTimestampsAndWatermarks(WatermarkStrategy
@@ -135,29 +101,17 @@ public final class SlidingWindowCount {
                 .returns(Types.LONG)
                 .sinkTo(new DiscardingSink<>());
 
-        double cpu0 = Bench.cpuSeconds();
-        long t0 = System.nanoTime();
-        JobExecutionResult r;
-        long stateBytes;
-        long checkpointBytes;
-        try (Bench.SizePoller sizes = new Bench.SizePoller(dirs)) {
-            r = env.execute("flink-sliding-window-count");
-            stateBytes = sizes.stateBytes.get();
-            checkpointBytes = sizes.checkpointBytes.get();
-        }
-        double wall = (System.nanoTime() - t0) / 1e9;
-        double cpu = Bench.cpuSeconds() - cpu0;
-        double net = r.getNetRuntime() / 1000.0;
+        Bench.Measured m = Bench.execute(env, dirs, NAME);
         System.out.println(String.format(Locale.ROOT,
-                "{\"bench\":\"flink-sliding-window-count\",\"flink_version\":\"%s\",\"events\":%d,\"keys\":%d,"
+                "{\"bench\":\"" + NAME + "\",\"flink_version\":\"%s\",\"events\":%d,\"keys\":%d,"
                         + "\"parallelism\":%d,\"state\":\"rocksdb\",\"timers\":\"rocksdb\",\"incremental\":true,"
                         + "\"managed_memory_mib\":%d,\"checkpoint_interval_ms\":%d,\"elapsed_s\":%.3f,"
                         + "\"wall_s\":%.3f,\"cpu_s\":%.2f,\"events_per_sec\":%d,\"checkpoints_completed\":%d,"
                         + "\"peak_rss_kib\":%d,\"state_dir_bytes\":%d,\"checkpoint_dir_bytes\":%d,"
                         + "\"windows_fired\":%d,\"results\":%d}",
-                org.apache.flink.runtime.util.EnvironmentInformation.getVersion(), events, keys, parallelism,
-                budgetMib, intervalMs, net, wall, cpu, Math.round(events / net), COMPLETED.size(),
-                Bench.peakRssKib(), stateBytes, checkpointBytes, WINDOWS.get(), TOTAL.get()));
+                org.apache.flink.runtime.util.EnvironmentInformation.getVersion(), f.events, f.keys, f.parallelism,
+                f.budgetMib, f.intervalMs, m.netS(), m.wallS(), m.cpuS(), Math.round(f.events / m.netS()), COMPLETED.size(),
+                Bench.peakRssKib(), m.stateBytes(), m.checkpointBytes(), WINDOWS.get(), TOTAL.get()));
         System.exit(0);
     }
 }
