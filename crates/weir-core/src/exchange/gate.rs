@@ -40,7 +40,7 @@ pub enum GateEvent {
 /// input they feed. Methods take `&self` so a select can borrow the receivers.
 ///
 /// Unaligned checkpoints: the gate counts the data messages it takes per channel; while a
-/// channel's capture is on ([`InputGate::start_capture`]) the records it delivers up to
+/// channel's capture is on ([`InputGate::capture`]) the records it delivers up to
 /// the capture's limit are also kept as the channel's state.
 pub trait InputGate {
     /// Number of channels.

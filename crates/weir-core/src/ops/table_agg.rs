@@ -2,7 +2,7 @@
 //! and retract), the built-in [`CountRows`] and [`SumOf`], and the keyed function that
 //! keeps one accumulator per group and emits each group's changes.
 //!
-//! A change of a row becomes [`GroupDelta`]s for the groups it touches: an update within
+//! A change of a row becomes `GroupDelta`s for the groups it touches: an update within
 //! one group replaces the old value by the new one; an update that moves the row retracts
 //! the old value from the old group and adds the new one to the new group. The group's
 //! accumulator and its number of rows are one [`ValueState`] per group key.
