@@ -3,7 +3,7 @@
 //! memory budget, and a sliding-window count (1 h windows sliding by 1 min of event time).
 //! Each prints one JSON line with records/s, checkpoint duration p50/p99 (from the REST
 //! API's checkpoint history, polled during the run), the process's peak RSS (VmHWM) and
-//! the size of the state on disk.
+//! the size of the state on disk, and where the memory was at that peak (`memory_at_peak`).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -62,6 +62,86 @@ pub fn cpu_seconds() -> Option<f64> {
     let ticks = |i: usize| fields.get(i)?.parse::<u64>().ok();
     // utime and stime are fields 14 and 15, in USER_HZ (100 on Linux) ticks.
     Some((ticks(11)? + ticks(12)?) as f64 / 100.0)
+}
+
+/// The process's resident set now (VmRSS), in bytes.
+fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// Where the memory was when the resident set was at its highest, sampled every 50 ms:
+/// RocksDB's own counters summed over the slots (block cache with the memtables reserved
+/// in it, pinned blocks, memtables) and, with the `jemalloc-stats` feature, the
+/// allocator's live (`allocated`) and resident bytes. What RSS holds beyond the cache and
+/// the write-back caches is the overhead a memory budget cannot bound.
+#[derive(Default, Clone, Copy)]
+struct MemorySample {
+    rss: u64,
+    budget: usize,
+    cache: usize,
+    pinned: usize,
+    memtables: usize,
+    heap: Option<HeapStats>,
+}
+
+/// jemalloc's counters: live bytes, bytes in pages holding them, bytes resident (free
+/// pages not yet returned included) and its own metadata.
+#[derive(Clone, Copy)]
+struct HeapStats {
+    allocated: usize,
+    active: usize,
+    resident: usize,
+    metadata: usize,
+}
+
+impl MemorySample {
+    fn take() -> Option<MemorySample> {
+        let rss = rss_bytes()?;
+        let slots = weir_state::rocksdb_memory();
+        Some(MemorySample {
+            rss,
+            budget: slots.iter().map(|s| s.plan.slot_bytes).sum(),
+            cache: slots.iter().map(|s| s.cache_bytes).sum(),
+            pinned: slots.iter().map(|s| s.pinned_bytes).sum(),
+            memtables: slots.iter().map(|s| s.memtable_bytes).sum(),
+            heap: jemalloc_stats(),
+        })
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let mib = |b: usize| ((b as f64 / (1 << 20) as f64) * 10.0).round() / 10.0;
+        serde_json::json!({
+            "rss_mib": mib(self.rss as usize),
+            "slot_budgets_mib": mib(self.budget),
+            "block_cache_mib": mib(self.cache),
+            "pinned_mib": mib(self.pinned),
+            "memtables_mib": mib(self.memtables),
+            "heap_allocated_mib": self.heap.map(|h| mib(h.allocated)),
+            "heap_active_mib": self.heap.map(|h| mib(h.active)),
+            "heap_resident_mib": self.heap.map(|h| mib(h.resident)),
+            "heap_metadata_mib": self.heap.map(|h| mib(h.metadata)),
+        })
+    }
+}
+
+/// jemalloc's counters, refreshed.
+#[cfg(feature = "jemalloc-stats")]
+fn jemalloc_stats() -> Option<HeapStats> {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    epoch::advance().ok()?;
+    Some(HeapStats {
+        allocated: stats::allocated::read().ok()?,
+        active: stats::active::read().ok()?,
+        resident: stats::resident::read().ok()?,
+        metadata: stats::metadata::read().ok()?,
+    })
+}
+
+#[cfg(not(feature = "jemalloc-stats"))]
+fn jemalloc_stats() -> Option<HeapStats> {
+    None
 }
 
 fn dir_bytes(dir: &std::path::Path) -> u64 {
@@ -184,6 +264,21 @@ fn run(
     let done = Arc::new(AtomicBool::new(false));
     // The instances remove their files when the job ends: measured while it runs.
     let state_bytes = Arc::new(AtomicU64::new(0));
+    let at_peak = Arc::new(Mutex::new(MemorySample::default()));
+    let sampler = {
+        let (at_peak, done) = (at_peak.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                if let Some(s) = MemorySample::take() {
+                    let mut peak = at_peak.lock().unwrap();
+                    if s.rss > peak.rss {
+                        *peak = s;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
     let poller = {
         let (durations, done, state) = (durations.clone(), done.clone(), state_bytes.clone());
         let local = a.dir.join("local");
@@ -211,6 +306,7 @@ fn run(
     let r = handle.join();
     done.store(true, Ordering::SeqCst);
     let _ = poller.join();
+    let _ = sampler.join();
     let r = r?;
     let mut d: Vec<u64> = durations.lock().unwrap().values().copied().collect();
     d.sort_unstable();
@@ -235,6 +331,7 @@ fn run(
             .map(|(end, start)| ((end - start) * 10.0).round() / 10.0),
         "peak_rss_kib": peak_rss_kib(),
         "allocator": crate::ALLOCATOR_NAME,
+        "memory_at_peak": at_peak.lock().unwrap().json(),
         "state_dir_bytes": state_bytes.load(Ordering::SeqCst),
         "checkpoint_dir_bytes": dir_bytes(&a.dir.join("checkpoints")),
         "results": results.load(Ordering::SeqCst),

@@ -230,6 +230,46 @@ impl SlotMemory {
     }
 }
 
+/// What one slot's RocksDB holds in memory right now ([`rocksdb_memory`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotMemoryUsage {
+    /// The slot's plan: its part of the budget and how it is divided.
+    pub plan: SlotPlan,
+    /// Bytes in the slot's block cache, memtables (reserved in it) included.
+    pub cache_bytes: usize,
+    /// Of those, bytes pinned by readers (iterators, level-0 index and filter blocks).
+    pub pinned_bytes: usize,
+    /// Bytes of the slot's memtables, mutable and being flushed.
+    pub memtable_bytes: usize,
+}
+
+/// The memory of every slot whose RocksDB instances are open in this process, by RocksDB's
+/// own counters: to see where a process's memory goes beside its resident set (the
+/// write-back caches and the allocator's free pages are not in it).
+///
+/// ```
+/// // No RocksDB instance is open: nothing to report.
+/// assert!(weir_state::rocksdb_memory().is_empty());
+/// ```
+pub fn rocksdb_memory() -> Vec<SlotMemoryUsage> {
+    let guard = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut slots: Vec<_> = guard
+        .iter()
+        .flat_map(|r| r.iter())
+        .filter_map(|(id, w)| Some((id.4, w.upgrade()?)))
+        .collect();
+    slots.sort_by_key(|(slot, _)| *slot);
+    slots
+        .into_iter()
+        .map(|(_, m)| SlotMemoryUsage {
+            plan: m.plan,
+            cache_bytes: m.cache.get_usage(),
+            pinned_bytes: m.cache.get_pinned_usage(),
+            memtable_bytes: m.write_buffers.get_usage(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,7 +23,8 @@ mod rocks_options;
 mod rocks_restore;
 #[cfg(feature = "rocksdb")]
 pub use budget::{
-    DEFAULT_MEMORY_BUDGET_BYTES, MIN_ROCKSDB_BYTES_PER_SLOT, SlotPlan, WRITE_BACK_ENTRY_BYTES,
+    DEFAULT_MEMORY_BUDGET_BYTES, MIN_ROCKSDB_BYTES_PER_SLOT, SlotMemoryUsage, SlotPlan,
+    WRITE_BACK_ENTRY_BYTES, rocksdb_memory,
 };
 #[cfg(feature = "rocksdb")]
 pub use rocks::{RocksDbBackend, RocksDbConfig, RocksStore};
