@@ -353,15 +353,7 @@ impl KvStore for RocksStore {
     }
     fn write(&self, changes: &Changes) -> Result<()> {
         self.settle_inflight()?;
-        let mut b = rocksdb::WriteBatch::default();
-        for (k, v) in changes.sorted() {
-            match v {
-                Some(v) => b.put(k, v),
-                None => b.delete(k),
-            }
-        }
-        self.db()
-            .write_opt(b, &self.write)
+        memtable::write_in_batches(self.db(), &changes.sorted(), &self.write)
             .map_err(|e| err("write", &self.dir, e))
     }
     fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {

@@ -5,6 +5,48 @@
 
 use super::{SnapshotJob, SortedRun, err};
 use weir_core::Result;
+use weir_core::state::WRITE_CHUNK_BYTES;
+
+/// The bytes a write batch takes for one entry beyond its key and value: a type tag and
+/// two length prefixes (varints of up to five bytes each).
+const BATCH_ENTRY_OVERHEAD: usize = 11;
+
+/// Writes `run` (sorted changes) to `db` in batches of about [`WRITE_CHUNK_BYTES`], each
+/// allocated at its final size.
+///
+/// One batch for a whole run grew its buffer by doubling to the run's size: a series of
+/// ever larger allocations, freed together after the write, that the allocator kept as
+/// free pages (RocksDB's batch strings were the largest source of them in a
+/// window-heavy job). Batches of one size reuse the same memory write after write. The
+/// writes need not be atomic: a snapshot's checkpoint is taken after the last of them, and
+/// the task reads these entries from its write-back cache until they are all written.
+pub(super) fn write_in_batches(
+    db: &rocksdb::DB,
+    run: &[(&[u8], Option<&[u8]>)],
+    opts: &rocksdb::WriteOptions,
+) -> std::result::Result<(), rocksdb::Error> {
+    let size =
+        |(k, v): &(&[u8], Option<&[u8]>)| k.len() + v.map_or(0, <[u8]>::len) + BATCH_ENTRY_OVERHEAD;
+    let mut rest = run;
+    while !rest.is_empty() {
+        let (mut n, mut bytes) = (0, 0);
+        while n < rest.len() && (n == 0 || bytes + size(&rest[n]) <= WRITE_CHUNK_BYTES) {
+            bytes += size(&rest[n]);
+            n += 1;
+        }
+        // The batch's 12-byte header (sequence number and count) comes first.
+        let mut b = rocksdb::WriteBatch::with_capacity_bytes(12 + bytes);
+        for (k, v) in &rest[..n] {
+            match v {
+                Some(v) => b.put(k, v),
+                None => b.delete(k),
+            }
+        }
+        db.write_opt(b, opts)?;
+        rest = &rest[n..];
+    }
+    Ok(())
+}
 
 impl SnapshotJob {
     /// True when the memtables hold nothing: no cache wrote back since the last snapshot.
@@ -25,16 +67,7 @@ impl SnapshotJob {
         let mut write = rocksdb::WriteOptions::default();
         write.disable_wal(true);
         for run in tables {
-            let mut b = rocksdb::WriteBatch::default();
-            for (k, v) in run {
-                match v {
-                    Some(v) => b.put(k, v),
-                    None => b.delete(k),
-                }
-            }
-            self.db
-                .write_opt(b, &write)
-                .map_err(|e| err("write", &self.dir, e))?;
+            write_in_batches(&self.db, run, &write).map_err(|e| err("write", &self.dir, e))?;
         }
         Ok(())
     }
@@ -102,6 +135,44 @@ mod tests {
                 Some(k + 1 + u64::from(k < 10)),
                 "key {k}"
             );
+        }
+    }
+
+    #[test]
+    fn a_write_back_larger_than_a_chunk_lands_whole_in_batches_of_a_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = rocksdb::Options::default();
+        opts.create_if_missing(true);
+        let db = rocksdb::DB::open(&opts, dir.path()).unwrap();
+        // Keys 0..40,000 present; the changes put 5,000.. (300 bytes each, about 3.5 MiB:
+        // several chunks) and delete every key below 5,000 that is a multiple of 3.
+        for i in 0u32..40_000 {
+            db.put(i.to_be_bytes(), b"old").unwrap();
+        }
+        let value = vec![7u8; 300];
+        let keys: Vec<[u8; 4]> = (0u32..40_000).map(u32::to_be_bytes).collect();
+        let run: Vec<(&[u8], Option<&[u8]>)> = keys
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i >= 5_000 || i % 3 == 0)
+            .map(|(i, k)| (&k[..], (i >= 5_000).then_some(&value[..])))
+            .collect();
+        let bytes: usize = run
+            .iter()
+            .map(|(k, v)| k.len() + v.map_or(0, <[u8]>::len))
+            .sum();
+        assert!(bytes > 3 * super::WRITE_CHUNK_BYTES);
+        super::write_in_batches(&db, &run, &rocksdb::WriteOptions::default()).unwrap();
+        for (i, k) in keys.iter().enumerate() {
+            let got = db.get(k).unwrap();
+            let want: Option<&[u8]> = if i >= 5_000 {
+                Some(&value)
+            } else if i % 3 == 0 {
+                None
+            } else {
+                Some(b"old")
+            };
+            assert_eq!(got.as_deref(), want, "key {i}");
         }
     }
 }

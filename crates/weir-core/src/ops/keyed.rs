@@ -143,8 +143,8 @@ impl<K: Key> StateTableInfo for TimersTable<K> {
             return Ok(None);
         };
         let mut changes = event.changes();
-        event.take_changes_into(&mut changes)?;
-        processing.take_changes_into(&mut changes)?;
+        event.take_changes_into(&mut changes, None)?;
+        processing.take_changes_into(&mut changes, None)?;
         Ok(Some(changes))
     }
 }

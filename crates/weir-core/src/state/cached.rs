@@ -123,6 +123,23 @@ impl Changes {
         }
     }
 
+    /// An empty change set with room for a chunk of [`WRITE_CHUNK_BYTES`] (and its last
+    /// entry), for changes written to the store a chunk at a time ([`Changes::spill`]):
+    /// its buffer is allocated once at that size and reused chunk after chunk, where
+    /// growing it by doubling left a series of freed buffers of other sizes behind.
+    pub(super) fn for_chunks(key_start: usize) -> Self {
+        Changes {
+            bytes: Vec::with_capacity(WRITE_CHUNK_BYTES + (64 << 10)),
+            spans: Vec::new(),
+            key_start,
+        }
+    }
+
+    /// Where the encoded key begins in each store key.
+    pub(super) fn key_start(&self) -> usize {
+        self.key_start
+    }
+
     /// Appends a change whose store key and value `encode` appends to the buffer, the
     /// value starting at the offset it returns (`None`: a delete).
     pub(super) fn push_with(
@@ -407,7 +424,11 @@ impl<K: Key, V: Data> CachedTable<K, V> {
     /// Encodes the changed entries and marks them clean; with a `store`, writes them to
     /// it in chunks of [`WRITE_CHUNK_BYTES`] as they are encoded and returns the rest.
     fn take_changes(&mut self, store: Option<&dyn KvStore>) -> Result<Changes> {
-        let mut changes = Changes::new(self.name.len() + 3);
+        let key_start = self.name.len() + 3;
+        let mut changes = match store {
+            Some(_) => Changes::for_chunks(key_start),
+            None => Changes::new(key_start),
+        };
         let (mut spilled_bytes, mut spilled) = (0, 0);
         let (name, group, encoding) = (
             &self.name,

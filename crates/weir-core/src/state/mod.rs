@@ -30,7 +30,7 @@ pub(crate) use timers::StoreTimers;
 pub(crate) use ttl::now_ms;
 use ttl::{Ttl, TtlList, TtlMap, ttl_ms};
 
-pub use cached::{CachedTable, Changes, store_key};
+pub use cached::{CachedTable, Changes, WRITE_CHUNK_BYTES, store_key};
 pub use handles::{
     ListAccess, ListState, MapAccess, MapState, ReducingState, ValueAccess, ValueState,
 };

@@ -321,14 +321,21 @@ impl<K: Key, N: Serialize + DeserializeOwned + Clone> StoreTimers<K, N> {
 
     /// Hands the changes since the last write-back to a snapshot and marks them clean;
     /// they stay in the overlay until the next write-back, so reads see them while the
-    /// snapshot writes them in the background.
-    pub(crate) fn take_changes_into(&mut self, changes: &mut Changes) -> Result<()> {
+    /// snapshot writes them in the background. With a `store`, writes them to it in chunks
+    /// of [`WRITE_CHUNK_BYTES`](super::WRITE_CHUNK_BYTES) as they are gathered instead
+    /// (a write-back) and leaves the last chunk in `changes`.
+    pub(crate) fn take_changes_into(
+        &mut self,
+        changes: &mut Changes,
+        store: Option<&dyn KvStore>,
+    ) -> Result<()> {
         for (k, p) in self.overlay.iter_mut().filter(|(_, p)| p.dirty) {
             changes.push_with(|buf| {
                 buf.extend_from_slice(k);
                 Ok(p.live.then_some(buf.len()))
             })?;
             p.dirty = false;
+            changes.spill(store)?;
         }
         Ok(())
     }
@@ -346,10 +353,13 @@ impl<K: Key, N: Serialize + DeserializeOwned + Clone> StoreTimers<K, N> {
         }
         // Clean entries may still be on their way into the store with a snapshot.
         self.store.settle()?;
-        let mut changes = self.changes();
-        self.take_changes_into(&mut changes)?;
+        // In chunks, as a write-back cache writes back: one set of changes for the whole
+        // overlay grew its buffers (and RocksDB's batch) by doubling to the overlay's size.
+        let store = self.store.clone();
+        let mut changes = Changes::for_chunks(self.changes().key_start());
+        self.take_changes_into(&mut changes, Some(&*store))?;
         if !changes.is_empty() {
-            self.store.write(&changes)?;
+            store.write(&changes)?;
         }
         self.overlay.clear();
         Ok(())

@@ -15,7 +15,7 @@ fn store(capacity: usize) -> Rc<Store> {
 /// What a checkpoint does with the queue: its changes written to the store.
 fn checkpoint(q: &mut StoreTimers<u32, u8>, store: &Store) {
     let mut c = q.changes();
-    q.take_changes_into(&mut c).unwrap();
+    q.take_changes_into(&mut c, None).unwrap();
     store.write(&c).unwrap();
 }
 

@@ -145,7 +145,7 @@ impl<K: Key> StateTableInfo for TimersTable<K> {
             return Ok(None);
         };
         let mut changes = store.changes();
-        store.take_changes_into(&mut changes)?;
+        store.take_changes_into(&mut changes, None)?;
         Ok(Some(changes))
     }
 }
