@@ -123,13 +123,19 @@ impl Changes {
         }
     }
 
-    /// An empty change set with room for a chunk of [`WRITE_CHUNK_BYTES`] (and its last
-    /// entry), for changes written to the store a chunk at a time ([`Changes::spill`]):
-    /// its buffer is allocated once at that size and reused chunk after chunk, where
-    /// growing it by doubling left a series of freed buffers of other sizes behind.
-    pub(super) fn for_chunks(key_start: usize) -> Self {
+    /// An empty change set for changes that [`Changes::spill`] writes to `store` a chunk
+    /// at a time (`None`: kept whole, for a snapshot). With a store its buffer has room
+    /// for a chunk of [`WRITE_CHUNK_BYTES`] and its last entry: allocated once at that
+    /// size and reused chunk after chunk, where growing it by doubling left a series of
+    /// freed buffers of other sizes behind.
+    pub(super) fn for_store(key_start: usize, store: Option<&dyn KvStore>) -> Self {
+        let capacity = if store.is_some() {
+            WRITE_CHUNK_BYTES + (64 << 10)
+        } else {
+            0
+        };
         Changes {
-            bytes: Vec::with_capacity(WRITE_CHUNK_BYTES + (64 << 10)),
+            bytes: Vec::with_capacity(capacity),
             spans: Vec::new(),
             key_start,
         }
@@ -424,11 +430,7 @@ impl<K: Key, V: Data> CachedTable<K, V> {
     /// Encodes the changed entries and marks them clean; with a `store`, writes them to
     /// it in chunks of [`WRITE_CHUNK_BYTES`] as they are encoded and returns the rest.
     fn take_changes(&mut self, store: Option<&dyn KvStore>) -> Result<Changes> {
-        let key_start = self.name.len() + 3;
-        let mut changes = match store {
-            Some(_) => Changes::for_chunks(key_start),
-            None => Changes::new(key_start),
-        };
+        let mut changes = Changes::for_store(self.name.len() + 3, store);
         let (mut spilled_bytes, mut spilled) = (0, 0);
         let (name, group, encoding) = (
             &self.name,

@@ -205,10 +205,7 @@ impl<K: Key, V: Data> StoreListTable<K, V> {
     /// With a `store`, writes the changes to it in chunks as they are encoded and returns
     /// the rest (see [`Changes::spill`]).
     fn take_changes(&mut self, store: Option<&dyn KvStore>) -> Result<Changes> {
-        let mut changes = match store {
-            Some(_) => Changes::for_chunks(self.key_start()),
-            None => Changes::new(self.key_start()),
-        };
+        let mut changes = Changes::for_store(self.key_start(), store);
         for slot in self.keys.values_mut().filter(|s| !s.pending.is_empty()) {
             for (i, v) in slot.pending.iter().enumerate() {
                 changes.push_with(|buf| {

@@ -255,10 +255,7 @@ impl<K: Key, UK: Key, UV: Data> StoreMapTable<K, UK, UV> {
     /// With a `store`, writes the changes to it in chunks as they are encoded and returns
     /// the rest (see [`Changes::spill`]).
     fn take_changes(&mut self, store: Option<&dyn KvStore>) -> Result<Changes> {
-        let mut changes = match store {
-            Some(_) => Changes::for_chunks(self.name.len() + 3),
-            None => Changes::new(self.name.len() + 3),
-        };
+        let mut changes = Changes::for_store(self.name.len() + 3, store);
         for slot in self.keys.values_mut() {
             for (enc, e) in slot.entries.iter_mut().filter(|(_, e)| e.dirty) {
                 changes.push_with(|buf| {

@@ -356,7 +356,7 @@ impl<K: Key, N: Serialize + DeserializeOwned + Clone> StoreTimers<K, N> {
         // In chunks, as a write-back cache writes back: one set of changes for the whole
         // overlay grew its buffers (and RocksDB's batch) by doubling to the overlay's size.
         let store = self.store.clone();
-        let mut changes = Changes::for_chunks(self.changes().key_start());
+        let mut changes = Changes::for_store(self.changes().key_start(), Some(&*store));
         self.take_changes_into(&mut changes, Some(&*store))?;
         if !changes.is_empty() {
             store.write(&changes)?;
