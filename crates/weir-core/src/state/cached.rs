@@ -141,11 +141,6 @@ impl Changes {
         }
     }
 
-    /// Where the encoded key begins in each store key.
-    pub(super) fn key_start(&self) -> usize {
-        self.key_start
-    }
-
     /// Appends a change whose store key and value `encode` appends to the buffer, the
     /// value starting at the offset it returns (`None`: a delete).
     pub(super) fn push_with(

@@ -342,7 +342,12 @@ impl<K: Key, N: Serialize + DeserializeOwned + Clone> StoreTimers<K, N> {
 
     /// A new change set for this queue's keys.
     pub(crate) fn changes(&self) -> Changes {
-        Changes::new(2 + self.tag.len() - 1)
+        Changes::new(self.key_start())
+    }
+
+    /// Where the encoded key begins in each of this queue's store keys.
+    fn key_start(&self) -> usize {
+        2 + self.tag.len() - 1
     }
 
     /// Keeps the overlay within the cache capacity: writes its changes to the store and
@@ -356,7 +361,7 @@ impl<K: Key, N: Serialize + DeserializeOwned + Clone> StoreTimers<K, N> {
         // In chunks, as a write-back cache writes back: one set of changes for the whole
         // overlay grew its buffers (and RocksDB's batch) by doubling to the overlay's size.
         let store = self.store.clone();
-        let mut changes = Changes::for_store(self.changes().key_start(), Some(&*store));
+        let mut changes = Changes::for_store(self.key_start(), Some(&*store));
         self.take_changes_into(&mut changes, Some(&*store))?;
         if !changes.is_empty() {
             store.write(&changes)?;
