@@ -30,6 +30,7 @@ mod staging;
 mod transport;
 pub(crate) mod wire;
 mod worker;
+mod worker_attempt;
 mod worker_restore;
 
 pub use worker::{Credentials, Joined, join, join_with};

@@ -3,7 +3,7 @@
 //! verified them) and bringing back only the state backends' files its own subtasks
 //! need, and which restored files its tasks need not send to the coordinator again.
 //!
-//! Does not run tasks or talk to the coordinator; `worker` does.
+//! Does not run tasks or talk to the coordinator; `worker_attempt` and `worker` do.
 
 use crate::task::JobShared;
 use std::collections::{HashMap, HashSet};
