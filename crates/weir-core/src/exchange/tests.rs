@@ -1,3 +1,4 @@
+use super::link::{decode_msg, encode_msg};
 use super::*;
 
 fn cfg() -> ExchangeConfig {
