@@ -27,7 +27,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use weir_core::checkpoint::{DeferredFiles, KeyGroupBlobs, LocalFile, RestoredInstance};
 use weir_core::data::key_group_range;
@@ -37,7 +37,10 @@ use weir_core::{Error, Result};
 
 use crate::budget::SlotMemory;
 pub use crate::rocks_options::RocksDbConfig;
-use crate::rocks_options::{db_options, table_options};
+use crate::rocks_options::{
+    FILTER_BUILDER_BYTES, db_options, initial_compaction_file_bytes, size_compaction_files,
+    table_options,
+};
 
 pub(crate) fn err(what: &str, path: &Path, e: rocksdb::Error) -> Error {
     Error::Io {
@@ -73,6 +76,9 @@ pub struct RocksStore {
     restored: Arc<crate::rocks_restore::Restored>,
     /// The background compaction of the key groups a rescale removed, if running.
     compaction: Option<JoinHandle<()>>,
+    /// The size compactions cut their output files at now (see
+    /// [`crate::rocks_options::size_compaction_files`]).
+    file_bytes: Arc<AtomicUsize>,
 }
 
 impl RocksStore {
@@ -111,6 +117,8 @@ impl RocksStore {
         let mut write = rocksdb::WriteOptions::default();
         write.disable_wal(true);
         let db = Arc::new(db);
+        let file_bytes = Arc::new(initial_compaction_file_bytes());
+        size_compaction_files(&db, &file_bytes, FILTER_BUILDER_BYTES);
         let compaction =
             crate::rocks_restore::compact_in_background(&db, std::mem::take(&mut restored.compact));
         Ok(RocksStore {
@@ -126,6 +134,7 @@ impl RocksStore {
             tables: std::cell::Cell::new(0),
             inflight: RefCell::new(None),
             restored: Arc::new(restored),
+            file_bytes,
         })
     }
 
@@ -149,6 +158,7 @@ impl RocksStore {
             instance: self.instance.clone(),
             restored: self.restored.clone(),
             partitioned: self.partitioned,
+            file_bytes: self.file_bytes.clone(),
             id,
         };
         let published = files.clone();
@@ -192,6 +202,7 @@ struct SnapshotJob {
     instance: String,
     restored: Arc<crate::rocks_restore::Restored>,
     partitioned: bool,
+    file_bytes: Arc<AtomicUsize>,
     id: CheckpointId,
 }
 
@@ -209,7 +220,9 @@ impl SnapshotJob {
                 self.write_to_memtable(&tables)?;
             }
         }
-        self.checkpoint()
+        let files = self.checkpoint()?;
+        size_compaction_files(&self.db, &self.file_bytes, FILTER_BUILDER_BYTES);
+        Ok(files)
     }
 
     /// Writes the sorted changes of every table as one SST file and ingests it. The file

@@ -2,6 +2,7 @@
 //! (and every SST file it writes or ingests is built with).
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::budget::{DEFAULT_MEMORY_BUDGET_BYTES, SlotMemory};
 
@@ -101,6 +102,8 @@ pub(crate) fn db_options(memory: &SlotMemory, partitioned: bool) -> rocksdb::Opt
         rocksdb::DBCompressionType::Lz4,
     ]);
     opts.set_level_zero_file_num_compaction_trigger(8);
+    // Until the instance's files say how many keys a file holds (size_compaction_files).
+    opts.set_target_file_size_base(MAX_FILE_BYTES as u64);
     let mut table = table_options(partitioned);
     memory.configure(&mut opts, &mut table);
     // Bloom filters in the memtable as well as in every SST file.
@@ -108,4 +111,143 @@ pub(crate) fn db_options(memory: &SlotMemory, partitioned: bool) -> rocksdb::Opt
     opts.set_memtable_prefix_bloom_ratio(0.1);
     opts.set_block_based_table_factory(&table);
     opts
+}
+
+/// Bytes of hashes a compaction's whole-file filter builder may hold. The builder keeps 8
+/// bytes per key of the file it is writing until the file is finished, and RocksDB charges
+/// them to no cache: small keys that compress well (window panes, timers) put 15M keys, 116
+/// MB of hashes, in a file of RocksDB's default 64 MiB. See
+/// docs/decisions/0057-compaction-files-sized-by-their-keys.md.
+pub(crate) const FILTER_BUILDER_BYTES: usize = 16 << 20;
+
+/// The largest and smallest sizes at which a compaction cuts its output files: RocksDB's
+/// default, and a floor that keeps the number of files of a large state reasonable.
+const MAX_FILE_BYTES: usize = 64 << 20;
+const MIN_FILE_BYTES: usize = 2 << 20;
+
+/// The size at which a compaction should cut its output files so that a file holds at
+/// most as many keys as `builder_bytes` of filter hashes stand for, given SST files that
+/// hold `entries` entries in `bytes` bytes (whole MiB, between 2 and 64 MiB).
+pub(crate) fn compaction_file_bytes(bytes: u64, entries: u64, builder_bytes: usize) -> usize {
+    if entries == 0 {
+        return MAX_FILE_BYTES;
+    }
+    let keys = (builder_bytes / 8) as u128;
+    let size = (keys * bytes as u128 / entries as u128).min(MAX_FILE_BYTES as u128) as usize;
+    (size & !((1 << 20) - 1)).max(MIN_FILE_BYTES)
+}
+
+/// Sizes the files an instance's compactions write by the entries its SST files hold now
+/// ([`compaction_file_bytes`], for the level whose files hold the most entries per byte:
+/// the deepest levels are compressed, and their compactions write the largest files),
+/// when that size is an eighth or more away from `current` (each change writes a new
+/// OPTIONS file). Called when the instance opens and after each of its checkpoints; a
+/// failure to read or set the option leaves the size as it was.
+pub(crate) fn size_compaction_files(db: &rocksdb::DB, current: &AtomicUsize, builder_bytes: usize) {
+    let Ok(files) = db.live_files() else { return };
+    let mut levels = std::collections::BTreeMap::<i32, (u64, u64)>::new();
+    for f in &files {
+        let level = levels.entry(f.level).or_default();
+        level.0 += f.size as u64;
+        level.1 += f.num_entries;
+    }
+    // Levels of less than a megabyte say little: a few keys, and the files' own metadata.
+    let Some((bytes, entries)) = levels
+        .into_values()
+        .filter(|(bytes, entries)| *bytes >= 1 << 20 && *entries > 0)
+        .min_by(|a, b| (a.0 as u128 * b.1 as u128).cmp(&(b.0 as u128 * a.1 as u128)))
+    else {
+        return;
+    };
+    let want = compaction_file_bytes(bytes, entries, builder_bytes);
+    let now = current.load(Ordering::Relaxed);
+    if want.abs_diff(now) < now / 8 {
+        return;
+    }
+    match db.set_options(&[("target_file_size_base", &want.to_string())]) {
+        Ok(()) => {
+            current.store(want, Ordering::Relaxed);
+            tracing::debug!(
+                files = files.len(),
+                bytes_per_entry = bytes as f64 / entries as f64,
+                "compactions now cut files at {} MiB",
+                want >> 20
+            );
+        }
+        Err(e) => tracing::warn!("could not set the size of compaction output files: {e}"),
+    }
+}
+
+/// The size the compactions of a new instance cut files at, until its files say otherwise.
+pub(crate) fn initial_compaction_file_bytes() -> AtomicUsize {
+    AtomicUsize::new(MAX_FILE_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_hold_as_many_keys_as_the_filter_builder_allows() {
+        // Keyed-sum's 100-byte values: RocksDB's 64 MiB.
+        assert_eq!(
+            compaction_file_bytes(110 << 20, 1 << 20, 16 << 20),
+            64 << 20
+        );
+        // Window panes compressed to 4.6 bytes each: 2M keys, 9 MiB.
+        assert_eq!(compaction_file_bytes(46 << 20, 10 << 20, 16 << 20), 9 << 20);
+        // Nothing on disk yet, or entries of a byte: the bounds.
+        assert_eq!(compaction_file_bytes(0, 0, 16 << 20), 64 << 20);
+        assert_eq!(compaction_file_bytes(1 << 20, 1 << 20, 16 << 20), 2 << 20);
+    }
+
+    /// Tried on real files: small entries, as window panes are, get files cut so that no
+    /// compaction output holds more keys than the builder's allowance stands for.
+    #[test]
+    fn a_compaction_cuts_files_of_small_entries_at_the_filter_builders_allowance() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = RocksDbConfig {
+            local_dir: tmp.path().join("local"),
+            memory_budget_bytes: 16 << 20,
+            ..RocksDbConfig::default()
+        };
+        let memory = SlotMemory::of_slot(&cfg, 0, 1).unwrap();
+        let db = rocksdb::DB::open(&db_options(&memory, false), tmp.path().join("db")).unwrap();
+        let current = initial_compaction_file_bytes();
+        // An allowance of 1 MiB of hashes: 131,072 keys per file.
+        let allowance = 1 << 20;
+        let max_keys = (allowance / 8) as u64;
+        // 1.2M entries of an 8-byte key and 16 bytes that do not compress (the deepest
+        // level is LZ4-compressed), written and sized after each flush as a checkpoint does.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for chunk in 0..24u64 {
+            let mut batch = rocksdb::WriteBatch::default();
+            for i in 0..50_000u64 {
+                let mut value = [0u8; 16];
+                for half in value.chunks_mut(8) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    half.copy_from_slice(&x.to_le_bytes());
+                }
+                batch.put((chunk * 50_000 + i).to_be_bytes(), value);
+            }
+            db.write(batch).unwrap();
+            db.flush().unwrap();
+            size_compaction_files(&db, &current, allowance);
+        }
+        let target = current.load(Ordering::Relaxed);
+        assert!(target < 8 << 20, "{target}");
+        db.compact_range::<&[u8], &[u8]>(None, None);
+        let files = db.live_files().unwrap();
+        let keys: u64 = files.iter().map(|f| f.num_entries).sum();
+        assert_eq!(keys, 24 * 50_000, "{files:?}");
+        let most = files.iter().map(|f| f.num_entries).max().unwrap();
+        // A file is cut after the block that passes its size: a few hundred keys more.
+        assert!(
+            most <= max_keys * 11 / 10,
+            "{most} keys in one file: {files:?}"
+        );
+        assert!(files.len() >= 9, "{} files: {files:?}", files.len());
+    }
 }
