@@ -139,10 +139,10 @@ pub(crate) fn compaction_file_bytes(bytes: u64, entries: u64, builder_bytes: usi
 
 /// Sizes the files an instance's compactions write by the entries its SST files hold now
 /// ([`compaction_file_bytes`], for the level whose files hold the most entries per byte:
-/// the deepest levels are compressed, and their compactions write the largest files),
-/// when that size is an eighth or more away from `current` (each change writes a new
-/// OPTIONS file). Called when the instance opens and after each of its checkpoints; a
-/// failure to read or set the option leaves the size as it was.
+/// the deepest levels are compressed, and their compactions write the largest files): at
+/// once when that size is below `current`, and when it is an eighth or more above it
+/// (each change writes a new OPTIONS file). Called when the instance opens and after each
+/// of its checkpoints; a failure to read or set the option leaves the size as it was.
 pub(crate) fn size_compaction_files(db: &rocksdb::DB, current: &AtomicUsize, builder_bytes: usize) {
     let Ok(files) = db.live_files() else { return };
     let mut levels = std::collections::BTreeMap::<i32, (u64, u64)>::new();
@@ -161,7 +161,7 @@ pub(crate) fn size_compaction_files(db: &rocksdb::DB, current: &AtomicUsize, bui
     };
     let want = compaction_file_bytes(bytes, entries, builder_bytes);
     let now = current.load(Ordering::Relaxed);
-    if want.abs_diff(now) < now / 8 {
+    if want == now || (want > now && want - now < now / 8) {
         return;
     }
     match db.set_options(&[("target_file_size_base", &want.to_string())]) {
