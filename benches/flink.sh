@@ -3,14 +3,19 @@
 # than memory, for the side-by-side figures in docs/performance.md: keyed-sum-large (20M
 # keys, 100-byte values, incremental checkpoints every second; the default) and
 # sliding-window (1 h windows sliding by 1 min over 1M keys, window contents and timers in
-# RocksDB). A manual benchmark: needs Java 17 and Maven; not part of CI.
+# RocksDB), and recovery (process start to first record after a SIGKILL, restoring from a
+# retained incremental checkpoint). A manual benchmark: needs Java 17 and Maven; not part of CI.
 #
 #   bash benches/flink.sh [keyed-sum-large] --dir NEW_DIR [--keys 20000000] [--events N] \
 #       [--value-bytes 100] [--parallelism 1] [--budget-mib 200] [--checkpoint-interval-ms 1000]
 #   bash benches/flink.sh sliding-window --dir NEW_DIR [--keys 1000000] [--events N] \
 #       [--parallelism 1] [--budget-mib 200] [--checkpoint-interval-ms 1000]
+#   bash benches/flink.sh recovery --dir NEW_DIR [--keys 10000000] [--value-bytes 100] \
+#       [--parallelism 2] [--restore-parallelism P] [--budget-mib 200] [--keep] [--again] [--cold] \
+#       [--conf FLINK_KEY=VALUE]...
 #
-# The flags are weir-bench's for the same job; --budget-mib is Flink's managed memory (the
+# The flags are weir-bench's for the same job (recovery adds --conf, a Flink setting for
+# both of its processes); --budget-mib is Flink's managed memory (the
 # RocksDB backend's memory, split evenly over the P slots). Prints one JSON line. The JVM's
 # heap is FLINK_BENCH_HEAP (default 1g). NEW_DIR must be new or empty; delete it afterwards.
 set -euo pipefail
@@ -26,6 +31,7 @@ main=weir.bench.KeyedSumLarge
 case "${1:-}" in
     keyed-sum-large) shift ;;
     sliding-window) main=weir.bench.SlidingWindowCount; shift ;;
+    recovery) main=weir.bench.Recovery; shift ;;
 esac
 
 exec java -Xms"${FLINK_BENCH_HEAP:-1g}" -Xmx"${FLINK_BENCH_HEAP:-1g}" \

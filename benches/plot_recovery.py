@@ -1,29 +1,38 @@
 #!/usr/bin/env python3
 """Plots `weir-bench recovery` results as an SVG (no dependencies beyond Python 3).
 
-Usage: python3 benches/plot_recovery.py results.jsonl docs/images/recovery.svg
+Usage: python3 benches/plot_recovery.py [--all-subtasks] results.jsonl docs/images/recovery.svg
 
-Each input line is one JSON object printed by `weir-bench recovery`. The plot shows the
-time from process start to the first record processed against the state size, one line
-per kind of restart: same parallelism with local recovery, same parallelism from
+Each input line is one JSON object printed by `weir-bench recovery` or by Flink's side of it
+(`bash benches/flink.sh recovery`, drawn dashed). The plot shows the time from process start
+to the first record processed (with `--all-subtasks`: until every subtask has had one; the
+median where one kind of restart ran several times at a size) against the state size, one
+line per kind of restart: same parallelism with local recovery, same parallelism from
 checkpoint storage (from the page cache, and with `--cold` from disk), and rescaled 2 -> 3.
 """
 
 import json
 import sys
 
-W, H = 640, 400
-LEFT, RIGHT, TOP, BOTTOM = 70, 190, 30, 60
+W, H = 720, 400
+LEFT, RIGHT, TOP, BOTTOM = 70, 250, 30, 60
 
 
 def series_of(run):
+    who = "Flink: " if run["job"] == "flink-recovery" else ""
     if run["restore_parallelism"] != run["parallelism"]:
-        return "rescale %d -> %d" % (run["parallelism"], run["restore_parallelism"])
+        return who + "rescale %d -> %d" % (run["parallelism"], run["restore_parallelism"])
     if run["local_recovery"] and run.get("local_copies_used"):
-        return "same parallelism, local copy"
+        return who + "same parallelism, local copy"
     if run.get("cold"):
-        return "from storage, cold disk"
-    return "same parallelism, from storage"
+        return who + "from storage, cold disk"
+    return who + "same parallelism, from storage"
+
+
+def median(xs):
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
 COLORS = {
@@ -33,7 +42,7 @@ COLORS = {
 }
 
 
-def main(src, dst):
+def main(src, dst, metric="first_record_s"):
     series = {}
     with open(src) as f:
         for line in f:
@@ -43,7 +52,13 @@ def main(src, dst):
             run = json.loads(line)
             # The restored checkpoint's size where the run reports it.
             gb = (run.get("checkpoint_bytes") or run["state_bytes"]) / 1e9
-            series.setdefault(series_of(run), []).append((gb, run["first_record_s"]))
+            series.setdefault(series_of(run), []).append((gb, run[metric]))
+    # Several runs of one kind at one size (same checkpoint) become their median.
+    for name, pts in series.items():
+        by_size = {}
+        for gb, y in pts:
+            by_size.setdefault(round(gb, 2), []).append(y)
+        series[name] = [(gb, median(ys)) for gb, ys in by_size.items()]
     xmax = max(x for pts in series.values() for x, _ in pts) * 1.1
     ymax = max(max(y for pts in series.values() for _, y in pts) * 1.2, 2.5)
 
@@ -57,8 +72,9 @@ def main(src, dst):
         '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
         'font-family="sans-serif" font-size="12">' % (W, H),
         '<rect width="100%" height="100%" fill="white"/>',
-        '<text x="%d" y="18" font-size="14">weir-bench recovery: process start to first '
-        "record (2 cores)</text>" % LEFT,
+        '<text x="%d" y="18" font-size="14">weir-bench recovery: process start to %s '
+        "(2 cores)</text>"
+        % (LEFT, "every subtask's first record" if metric == "all_subtasks_s" else "first record"),
     ]
     # Axes, ticks and grid.
     out.append(
@@ -98,28 +114,38 @@ def main(src, dst):
             out.append(
                 '<circle cx="%.1f" cy="%.1f" r="5" fill="none" stroke="red"/>' % (sx(gb), sy(s))
             )
-    out.append(
-        '<text x="%d" y="%d" fill="red">o target (no rescale)</text>' % (W - RIGHT + 10, TOP + 90)
-    )
     for i, (name, pts) in enumerate(sorted(series.items())):
-        color = COLORS.get(name, "#d95f02")
+        flink = name.startswith("Flink: ")
+        color = COLORS.get(name[len("Flink: "):] if flink else name, "#d95f02")
+        dash = ' stroke-dasharray="6,4"' if flink else ""
         pts.sort()
         path = " ".join("%.1f,%.1f" % (sx(x), sy(y)) for x, y in pts)
-        out.append('<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>' % (path, color))
+        out.append(
+            '<polyline points="%s" fill="none" stroke="%s" stroke-width="2"%s/>' % (path, color, dash)
+        )
         for x, y in pts:
             out.append('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>' % (sx(x), sy(y), color))
         ly = TOP + 10 + 22 * i
         out.append(
-            '<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/>'
-            % (W - RIGHT + 10, ly, W - RIGHT + 28, ly, color)
+            '<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>'
+            % (W - RIGHT + 10, ly, W - RIGHT + 28, ly, color, dash)
         )
         out.append('<text x="%d" y="%d" font-size="11">%s</text>' % (W - RIGHT + 32, ly + 4, name))
+    out.append(
+        '<text x="%d" y="%d" fill="red">o target (no rescale)</text>'
+        % (W - RIGHT + 10, TOP + 14 + 22 * len(series))
+    )
     out.append("</svg>")
     with open(dst, "w") as f:
         f.write("\n".join(out) + "\n")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    metric = "first_record_s"
+    if args[:1] == ["--all-subtasks"]:
+        metric = "all_subtasks_s"
+        args = args[1:]
+    if len(args) != 2:
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2])
+    main(args[0], args[1], metric)
