@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plots `weir-bench recovery` results as an SVG (no dependencies beyond Python 3).
 
-Usage: python3 benches/plot_recovery.py [--all-subtasks] results.jsonl docs/images/recovery.svg
+Usage: python3 benches/plot_recovery.py [--all-subtasks] [--log] results.jsonl docs/images/recovery.svg
 
 Each input line is one JSON object printed by `weir-bench recovery` or by Flink's side of it
 (`bash benches/flink.sh recovery`, drawn dashed). The plot shows the time from process start
@@ -9,19 +9,23 @@ to the first record processed (with `--all-subtasks`: until every subtask has ha
 median where one kind of restart ran several times at a size) against the state size, one
 line per kind of restart: same parallelism with local recovery, same parallelism from
 checkpoint storage (from the page cache, and with `--cold` from disk), and rescaled 2 -> 3.
+With `--log` the time axis is logarithmic.
 """
 
 import json
+import math
 import sys
 
-W, H = 720, 400
-LEFT, RIGHT, TOP, BOTTOM = 70, 250, 30, 60
+W, H = 780, 400
+LEFT, RIGHT, TOP, BOTTOM = 70, 310, 30, 60
 
 
 def series_of(run):
     who = "Flink: " if run["job"] == "flink-recovery" else ""
+    # Flink's settings given with --conf, by the last part of their keys.
+    conf = "".join(" (%s)" % c.split("=")[0].split(".")[-1] for c in run.get("conf") or [])
     if run["restore_parallelism"] != run["parallelism"]:
-        return who + "rescale %d -> %d" % (run["parallelism"], run["restore_parallelism"])
+        return who + "rescale %d -> %d%s" % (run["parallelism"], run["restore_parallelism"], conf)
     if run["local_recovery"] and run.get("local_copies_used"):
         return who + "same parallelism, local copy"
     if run.get("cold"):
@@ -42,7 +46,7 @@ COLORS = {
 }
 
 
-def main(src, dst, metric="first_record_s"):
+def main(src, dst, metric="first_record_s", log=False):
     series = {}
     with open(src) as f:
         for line in f:
@@ -61,12 +65,19 @@ def main(src, dst, metric="first_record_s"):
         series[name] = [(gb, median(ys)) for gb, ys in by_size.items()]
     xmax = max(x for pts in series.values() for x, _ in pts) * 1.1
     ymax = max(max(y for pts in series.values() for _, y in pts) * 1.2, 2.5)
+    # A logarithmic axis runs over whole decades, from below the fastest run.
+    lo = 10 ** math.floor(math.log10(min(y for pts in series.values() for _, y in pts)))
+    hi = 10 ** math.ceil(math.log10(ymax))
 
     def sx(x):
         return LEFT + x / xmax * (W - LEFT - RIGHT)
 
     def sy(y):
-        return H - BOTTOM - y / ymax * (H - TOP - BOTTOM)
+        if log:
+            frac = (math.log10(max(y, lo)) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
+        else:
+            frac = y / ymax
+        return H - BOTTOM - frac * (H - TOP - BOTTOM)
 
     out = [
         '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
@@ -86,15 +97,21 @@ def main(src, dst, metric="first_record_s"):
         % (LEFT, TOP, LEFT, H - BOTTOM)
     )
     steps = 5
-    for i in range(steps + 1):
-        y = ymax * i / steps
+    if log:
+        decades = round(math.log10(hi / lo))
+        yticks = [lo * 10**i for i in range(decades + 1)]
+    else:
+        yticks = [ymax * i / steps for i in range(steps + 1)]
+    for y in yticks:
         out.append(
             '<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>'
             % (LEFT, sy(y), W - RIGHT, sy(y))
         )
         out.append(
-            '<text x="%d" y="%.1f" text-anchor="end">%.1f</text>' % (LEFT - 6, sy(y) + 4, y)
+            '<text x="%d" y="%.1f" text-anchor="end">%s</text>'
+            % (LEFT - 6, sy(y) + 4, ("%g" % y) if log else ("%.1f" % y))
         )
+    for i in range(steps + 1):
         x = xmax * i / steps
         out.append(
             '<text x="%.1f" y="%d" text-anchor="middle">%.1f</text>'
@@ -106,17 +123,20 @@ def main(src, dst, metric="first_record_s"):
     )
     out.append(
         '<text x="18" y="%d" transform="rotate(-90 18 %d)" text-anchor="middle">'
-        "seconds</text>" % ((TOP + H - BOTTOM) // 2, (TOP + H - BOTTOM) // 2)
+        "seconds%s</text>"
+        % ((TOP + H - BOTTOM) // 2, (TOP + H - BOTTOM) // 2, " (log scale)" if log else "")
     )
     # The targets: 2 s at 1 GB, 10 s at 10 GB (without rescale).
     for gb, s in ((1, 2), (10, 10)):
-        if gb <= xmax and s <= ymax:
+        if gb <= xmax and s <= (hi if log else ymax):
             out.append(
                 '<circle cx="%.1f" cy="%.1f" r="5" fill="none" stroke="red"/>' % (sx(gb), sy(s))
             )
     for i, (name, pts) in enumerate(sorted(series.items())):
         flink = name.startswith("Flink: ")
         color = COLORS.get(name[len("Flink: "):] if flink else name, "#d95f02")
+        if name.endswith(")"):
+            color = "#e6ab02"  # a setting given with --conf
         dash = ' stroke-dasharray="6,4"' if flink else ""
         pts.sort()
         path = " ".join("%.1f,%.1f" % (sx(x), sy(y)) for x, y in pts)
@@ -141,11 +161,9 @@ def main(src, dst, metric="first_record_s"):
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    metric = "first_record_s"
-    if args[:1] == ["--all-subtasks"]:
-        metric = "all_subtasks_s"
-        args = args[1:]
-    if len(args) != 2:
+    flags = [a for a in sys.argv[1:] if a.startswith("--")]
+    paths = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if len(paths) != 2 or not set(flags) <= {"--all-subtasks", "--log"}:
         sys.exit(__doc__)
-    main(args[0], args[1], metric)
+    metric = "all_subtasks_s" if "--all-subtasks" in flags else "first_record_s"
+    main(paths[0], paths[1], metric, "--log" in flags)
