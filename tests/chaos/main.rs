@@ -32,3 +32,4 @@ mod storage;
 mod tables;
 mod time_joins;
 mod unaligned;
+mod upgrade;
