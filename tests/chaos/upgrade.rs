@@ -15,6 +15,7 @@ use crate::harness::{committed_lines, latest_checkpoint};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use weir_tests::operator::copy_dir;
 
 /// What the earlier release left behind, as it was after the kill.
 const FIXTURE: &str = concat!(
@@ -24,19 +25,6 @@ const FIXTURE: &str = concat!(
 
 /// The newest complete checkpoint in the fixture: the one a restart resumes from.
 const RESUMED_FROM: u64 = 11;
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("create dir");
-    for entry in std::fs::read_dir(from).expect("read fixture dir") {
-        let entry = entry.expect("dir entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("file type").is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).expect("copy fixture file");
-        }
-    }
-}
 
 fn parse(text: &str) -> Vec<Event> {
     text.lines()

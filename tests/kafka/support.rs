@@ -595,18 +595,8 @@ pub fn newest_savepoint(dir: &std::path::Path) -> Option<PathBuf> {
 }
 
 /// Copies a directory tree (a savepoint moved elsewhere).
-#[allow(dead_code)]
-pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).expect("create copy");
-    for e in std::fs::read_dir(from).expect("read dir").flatten() {
-        let target = to.join(e.file_name());
-        if e.file_type().expect("file type").is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).expect("copy file");
-        }
-    }
-}
+#[allow(unused_imports)]
+pub use weir_tests::operator::copy_dir;
 
 /// Asks the job running on checkpoint directory `dir` to stop with a savepoint (what
 /// `weir savepoint stop DIR` does).
