@@ -245,6 +245,35 @@ pub fn try_wait_within(
     }
 }
 
+/// Waits for a child process with a deadline while reading its standard output and error
+/// as they come, so that a child logging more than a pipe holds is never blocked on it.
+/// Returns its exit status (`None`, after killing it, when it hangs) and its standard error.
+pub fn wait_reading_output(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> (Option<std::process::ExitStatus>, String) {
+    fn drain<R: std::io::Read + Send + 'static>(
+        pipe: Option<R>,
+    ) -> Option<std::thread::JoinHandle<String>> {
+        pipe.map(|mut pipe| {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                let _ = pipe.read_to_string(&mut text);
+                text
+            })
+        })
+    }
+    let err = drain(child.stderr.take());
+    let out = drain(child.stdout.take());
+    let status = try_wait_within(child, limit);
+    // The child has ended (or was killed): its pipes are closed and the readers finish.
+    let _ = out.map(|reader| reader.join());
+    let log = err
+        .and_then(|reader| reader.join().ok())
+        .unwrap_or_default();
+    (status, log)
+}
+
 /// A small deterministic random number generator (xorshift64*), so every run of a test
 /// sees the same input and kill schedule for a given seed.
 pub struct Rng(u64);

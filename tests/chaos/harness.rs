@@ -344,8 +344,16 @@ impl ExampleRun {
             .command(parallelism, None)
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}", self.name));
-        let status = weir_tests::wait_within(&mut child, std::time::Duration::from_secs(60));
-        let err = weir_tests::stderr_of(&mut child);
+        let limit = std::time::Duration::from_secs(60);
+        let (status, err) = weir_tests::wait_reading_output(&mut child, limit);
+        let Some(status) = status else {
+            let lines: Vec<&str> = err.lines().collect();
+            panic!(
+                "{} did not end within {limit:?}; the end of its log:\n{}",
+                self.name,
+                lines[lines.len().saturating_sub(40)..].join("\n")
+            );
+        };
         assert!(status.success(), "{} failed: {status}\n{err}", self.name);
     }
 }
