@@ -338,8 +338,9 @@ impl ExampleRun {
         c
     }
 
-    /// Runs the example to its end (a minute at most); it must succeed.
-    pub fn run_to_end(&self, parallelism: usize) {
+    /// Runs the example to its end (a minute at most); it must succeed. Returns its log
+    /// (standard error).
+    pub fn run_to_end(&self, parallelism: usize) -> String {
         let mut child = self
             .command(parallelism, None)
             .spawn()
@@ -355,6 +356,7 @@ impl ExampleRun {
             );
         };
         assert!(status.success(), "{} failed: {status}\n{err}", self.name);
+        err
     }
 }
 

@@ -11,10 +11,8 @@
 //! and name no encoding, so a restore must keep reading and writing them that way.
 
 use crate::event_time::{Event, assert_same, model};
-use crate::harness::{committed_lines, latest_checkpoint};
+use crate::harness::{ExampleRun, committed_lines, latest_checkpoint};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::Duration;
 use weir_tests::operator::copy_dir;
 
 /// What the earlier release left behind, as it was after the kill.
@@ -61,47 +59,34 @@ fn key_encodings(ck: &Path) -> Vec<String> {
     found
 }
 
-/// Copies the fixture into a new directory, resumes it at `parallelism` to the end of its
-/// input, and checks the committed output against the model.
+/// Copies what the earlier release left into a new directory, resumes it at `parallelism`
+/// to the end of its input, and checks the committed output against the model.
 fn resume_at(parallelism: usize) {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let run = tmp.path().join("job");
-    copy_dir(Path::new(FIXTURE), &run);
+    let fixture = Path::new(FIXTURE);
+    let input = std::fs::read_to_string(fixture.join("input.csv")).expect("read input");
+    let run = ExampleRun::new(
+        "late_sessions",
+        env!("CARGO_BIN_EXE_late_sessions"),
+        "input.csv",
+        &input,
+        &["--state", "rocksdb", "--state-cache-entries", "4"],
+    );
+    copy_dir(&fixture.join("ck"), &run.checkpoints);
+    copy_dir(&fixture.join("out"), &run.output);
     assert_eq!(
-        latest_checkpoint(&run.join("ck")),
+        latest_checkpoint(&run.checkpoints),
         Some(RESUMED_FROM),
         "the fixture's newest complete checkpoint"
     );
-    let input = std::fs::read_to_string(run.join("input.csv")).expect("read input");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_late_sessions"))
-        .arg("--input")
-        .arg(run.join("input.csv"))
-        .arg("--output")
-        .arg(run.join("out"))
-        .arg("--checkpoint-dir")
-        .arg(run.join("ck"))
-        .args(["--state", "rocksdb", "--state-cache-entries", "4"])
-        .args(["--checkpoint-interval-ms", "40"])
-        .arg("--parallelism")
-        .arg(parallelism.to_string())
-        .env_remove("WEIR_FAILPOINTS")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start late_sessions");
-    let status = weir_tests::wait_within(&mut child, Duration::from_secs(120));
-    let log = weir_tests::stderr_of(&mut child);
-    assert!(status.success(), "late_sessions failed: {status}\n{log}");
+    let log = run.run_to_end(parallelism);
     // It resumed from the earlier release's checkpoint, not from the start of the input.
     assert!(
         log.contains(&format!("resuming from checkpoint {RESUMED_FROM} (")),
         "no restore of checkpoint {RESUMED_FROM} in the log:\n{log}"
     );
-    let out = run.join("out");
     let got = (
-        committed_lines(&out.join("sessions"), true),
-        committed_lines(&out.join("late"), true),
+        committed_lines(&run.output.join("sessions"), true),
+        committed_lines(&run.output.join("late"), true),
     );
     let want = model(&parse(&input));
     assert!(!want.0.is_empty() && !want.1.is_empty());
@@ -111,7 +96,7 @@ fn resume_at(parallelism: usize) {
         &format!("resumed at parallelism {parallelism} from the earlier release's checkpoint"),
     );
     // The restored instances kept the earlier release's key encoding.
-    let encodings = key_encodings(&run.join("ck"));
+    let encodings = key_encodings(&run.checkpoints);
     assert_eq!(
         encodings,
         vec!["little-endian".to_string(); parallelism],
