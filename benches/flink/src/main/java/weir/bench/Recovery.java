@@ -165,14 +165,7 @@ public final class Recovery {
         if (!f.again) {
             Process build = spawn(f, dir, "build", f.parallelism, null);
             long limit = 600 + f.keys / 20_000;
-            wait(build, dir, "build", limit, () -> {
-                for (int s = 0; s < f.parallelism; s++) {
-                    if (!Files.exists(dir.resolve("built-" + s))) {
-                        return false;
-                    }
-                }
-                return true;
-            });
+            wait(build, dir, "build", limit, () -> marked(dir, "built-", f.parallelism));
             long last = latestComplete(dir).map(Recovery::checkpointId).orElse(0L);
             wait(build, dir, "build", limit,
                     () -> latestComplete(dir).map(Recovery::checkpointId).orElse(0L) >= last + 2);
@@ -204,14 +197,7 @@ public final class Recovery {
         Instant t0 = Instant.now();
         Process restore = spawn(f, dir, "restore", f.restoreParallelism, checkpoint);
         try {
-            wait(restore, dir, "restore", 900, () -> {
-                for (int s = 0; s < f.restoreParallelism; s++) {
-                    if (!Files.exists(dir.resolve("first-" + s))) {
-                        return false;
-                    }
-                }
-                return true;
-            });
+            wait(restore, dir, "restore", 900, () -> marked(dir, "first-", f.restoreParallelism));
         } finally {
             restore.destroyForcibly();
             restore.waitFor();
@@ -263,6 +249,16 @@ public final class Recovery {
                 .redirectOutput(ProcessBuilder.Redirect.to(log))
                 .redirectInput(ProcessBuilder.Redirect.from(new File("/dev/null")))
                 .start();
+    }
+
+    /** Whether every subtask of {@code n} has written its mark {@code prefix + subtask}. */
+    static boolean marked(Path dir, String prefix, int n) {
+        for (int s = 0; s < n; s++) {
+            if (!Files.exists(dir.resolve(prefix + s))) {
+                return false;
+            }
+        }
+        return true;
     }
 
     interface Check {
