@@ -134,14 +134,19 @@ fn checkpoint(s: &Subtask, index: usize, dir: &Path, partitioned: bool) -> Resto
         .collect();
     assert!(!ssts.is_empty(), "no SST file in the snapshot");
     for sst in &ssts {
-        // The table property that names the index type, a fixed 32-bit value: 0 a binary
-        // search over one index block, 2 a two-level (partitioned) index.
-        let name = b"rocksdb.block.based.table.index.type";
-        let at = sst
+        // The table property `rocksdb.block.based.table.index.type`, a fixed 32-bit value
+        // right after its name: 0 a binary search over one index block, 2 a two-level
+        // (partitioned) index. The properties block stores each name as what it does not
+        // share with the name before it, so only the name's tail is sure to appear whole.
+        let name = b"index.type";
+        let found: Vec<usize> = sst
             .windows(name.len())
-            .position(|w| w == name)
-            .expect("an index type property")
-            + name.len();
+            .enumerate()
+            .filter(|(_, w)| w == name)
+            .map(|(at, _)| at)
+            .collect();
+        assert_eq!(found.len(), 1, "one index type property");
+        let at = found[0] + name.len();
         let index_type = u32::from_le_bytes(sst[at..at + 4].try_into().unwrap());
         assert_eq!(index_type, if partitioned { 2 } else { 0 }, "index type");
     }
