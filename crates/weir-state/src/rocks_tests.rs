@@ -25,21 +25,7 @@ fn context(
 
 /// Copies a snapshot's files to a directory, as a restore brings them back.
 fn restore_dir(snap: &OperatorSnapshot, dir: &Path) -> RestoredInstance {
-    std::fs::create_dir_all(dir).unwrap();
-    let mut files = Vec::new();
-    for f in &snap.files {
-        let path = dir.join(f.path.file_name().unwrap());
-        std::fs::copy(&f.path, &path).unwrap();
-        files.push(LocalFile {
-            path,
-            name: f.name.clone(),
-            shared: f.shared,
-        });
-    }
-    RestoredInstance {
-        key_groups: 0..128,
-        files,
-    }
+    crate::rocks_restore::tests::keep(snap, dir, 0..128)
 }
 
 /// The background part of a snapshot writes exactly the state at the barrier, even
