@@ -6,6 +6,7 @@
 //!     [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] [--lease-ms MS] \
 //!     [--web HOST:PORT] [--secret-file PATH] [--tls-dir DIR] [--measure-bytes]
 //!     [--latency-tracking-ms MS] [--checkpoint-mode MODE] [--sink-rate RECORDS_PER_S]
+//!     [--checkpoint-timeout-ms MS] [--cancellation-timeout-ms MS]
 //! ```
 //!
 //! - IN holds lines `key,value` (key: text without commas, value: an i64).
@@ -65,6 +66,11 @@
 //!   every MS milliseconds and the sink observes its age into the histogram
 //!   `weir_end_to_end_latency_seconds` on `/metrics` (docs/operations.md). MS must be at
 //!   least 1.
+//! - `--checkpoint-timeout-ms MS` (default 600000) aborts a checkpoint not complete after
+//!   MS milliseconds, and restarts the job from its latest completed checkpoint: a timeout
+//!   means a task, its state or the checkpoint storage stopped answering.
+//!   `--cancellation-timeout-ms MS` (default 180000) is how long the job then waits for each
+//!   task to stop before it leaves a stuck one behind (docs/checkpoints.md, "Checkpoints that time out").
 //! - Exits 0 once the input is consumed and the final checkpoint has committed everything;
 //!   a malformed line fails the job with the line's content and number.
 //!
@@ -128,6 +134,9 @@ struct Args {
     start_fresh_if_unusable: bool,
     state: BackendKind,
     lease_ms: Option<u64>,
+    /// `--checkpoint-timeout-ms` and `--cancellation-timeout-ms`.
+    checkpoint_timeout_ms: Option<u64>,
+    cancellation_timeout_ms: Option<u64>,
     /// Where to serve the REST API (this process only: never handed to workers).
     web: Option<String>,
     /// The secret the REST API's actions need (`--secret-file`, or `WEIR_SECRET_FILE`).
@@ -164,6 +173,8 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
     let mut start_fresh_if_unusable = false;
     let mut cache_entries: Option<usize> = None;
     let mut lease_ms = None;
+    let mut checkpoint_timeout_ms = None;
+    let mut cancellation_timeout_ms = None;
     let mut web = None;
     let mut secret_file = None;
     let mut tls_dir = None;
@@ -232,6 +243,13 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
             }
             "--state" => state = BackendKind::parse(&value()?)?,
             "--lease-ms" => lease_ms = Some(value()?.parse().context("--lease-ms")?),
+            "--checkpoint-timeout-ms" => {
+                checkpoint_timeout_ms = Some(value()?.parse().context("--checkpoint-timeout-ms")?)
+            }
+            "--cancellation-timeout-ms" => {
+                cancellation_timeout_ms =
+                    Some(value()?.parse().context("--cancellation-timeout-ms")?)
+            }
             "--web" => web = Some(value()?),
             "--secret-file" => secret_file = Some(PathBuf::from(value()?)),
             "--tls-dir" => tls_dir = Some(PathBuf::from(value()?)),
@@ -253,7 +271,8 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                     "usage: file_sum --input IN --output OUTDIR|s3://BUCKET/PREFIX --checkpoint-dir CKDIR \
                      [--checkpoint-interval-ms MS] [--parallelism P] [--max-rate RECORDS_PER_S] \
                      [--from-savepoint PATH] [--start-fresh-if-unusable] [--state rocksdb|memory] \
-                     [--state-cache-entries N] [--lease-ms MS] [--web HOST:PORT] [--secret-file PATH] \
+                     [--state-cache-entries N] [--lease-ms MS] [--checkpoint-timeout-ms MS] \
+                     [--cancellation-timeout-ms MS] [--web HOST:PORT] [--secret-file PATH] \
                      [--tls-dir DIR] [--measure-bytes] [--latency-tracking-ms MS] \
                      [--checkpoint-mode aligned|unaligned|aligned-timeout[:MS]] [--sink-rate RECORDS_PER_S] [--rebalance-before-sink]\n       \
                      file_sum --cluster coordinator --listen HOST:PORT --workers N \
@@ -296,6 +315,8 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                 start_fresh_if_unusable,
                 state,
                 lease_ms,
+                checkpoint_timeout_ms,
+                cancellation_timeout_ms,
                 web: None,
                 secret: weir::Secret::from_file_or_env(secret_file.as_deref())?,
                 tls: weir::Tls::from_dir_or_env(tls_dir.as_deref())?,
@@ -321,6 +342,8 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         start_fresh_if_unusable,
         state,
         lease_ms,
+        checkpoint_timeout_ms,
+        cancellation_timeout_ms,
         web,
         secret: weir::Secret::from_file_or_env(secret_file.as_deref())?,
         tls: weir::Tls::from_dir_or_env(tls_dir.as_deref())?,
@@ -500,10 +523,16 @@ fn run(args: Args, cluster: Option<ClusterConfig>) -> anyhow::Result<()> {
     if let Some(ms) = args.lease_ms {
         checkpoints.lease = Duration::from_millis(ms);
     }
+    if let Some(ms) = args.checkpoint_timeout_ms {
+        checkpoints.timeout = Duration::from_millis(ms);
+    }
     let mut env = Env::new()
         .parallelism(args.parallelism)
         .state_backend(args.state.clone())
         .checkpoints(checkpoints);
+    if let Some(ms) = args.cancellation_timeout_ms {
+        env = env.cancellation_timeout(Duration::from_millis(ms));
+    }
     if let Some(c) = cluster {
         env = env.cluster(c);
     }

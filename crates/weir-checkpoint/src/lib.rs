@@ -24,7 +24,7 @@ pub mod storage;
 
 pub use coordinator::{
     AbortReason, AckStats, Action, CheckpointStats, Coordinator, CoordinatorConfig, Participants,
-    TaskKey,
+    TaskKey, TimedOut,
 };
 pub use error::{Error, FileProblem, Result};
 pub use kind::CheckpointKind;

@@ -122,6 +122,7 @@ fn run(storage: &CheckpointStorage, c: &mut Coordinator<Snapshot>, checkpoints: 
                     storage.retain(2).unwrap();
                 }
                 Action::Abort { id, reason, .. } => panic!("checkpoint {id} aborted: {reason}"),
+                Action::Fail { id, reason } => panic!("checkpoint {id} failed the job: {reason}"),
             }
         }
         if completed.len() >= checkpoints {

@@ -18,7 +18,8 @@
 //! `kafka.during_replay` (half-way through re-producing an epoch on restore), and
 //! `cluster.stage` (a cluster coordinator staging the checkpoint files a worker sent; use
 //! `error`), `cluster.final_notice` (a cluster worker handing its tasks the notice that a
-//! checkpoint is the final one; use `sleep:MS`).
+//! checkpoint is the final one; use `sleep:MS`), `rocksdb.snapshot` (the RocksDB backend's
+//! background snapshot of an instance starts; `sleep:MS` makes one hang).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};

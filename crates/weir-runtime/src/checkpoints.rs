@@ -69,6 +69,7 @@ pub(crate) fn write_checkpoint(
     stops_job: bool,
     acks: Vec<(TaskKey, BTreeMap<String, OperatorSnapshot>)>,
     stats: &weir_checkpoint::CheckpointStats,
+    abandoned: &std::sync::atomic::AtomicBool,
 ) -> Result<(PathBuf, u64)> {
     let writer = storage.begin(id, kind).map_err(storage_err)?;
     let mut operators: BTreeMap<usize, OperatorManifest> = BTreeMap::new();
@@ -157,6 +158,13 @@ pub(crate) fn write_checkpoint(
             o
         })
         .collect();
+    if abandoned.load(std::sync::atomic::Ordering::SeqCst) {
+        // The attempt that took it ended without waiting for it (its tasks were stuck):
+        // the job may already run from an older checkpoint, so this one must not appear.
+        return Err(Error::User(format!(
+            "checkpoint {id} was not completed: the attempt that took it was abandoned"
+        )));
+    }
     let path = writer.finish(manifest).map_err(storage_err)?;
     if adopted && kind.is_savepoint() {
         // The savepoint holds copies: the workers' objects of this id are not needed.

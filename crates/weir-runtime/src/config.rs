@@ -78,6 +78,13 @@ pub struct JobConfig {
     /// this often, and each sink subtask it reaches observes its age into the histogram
     /// `weir_end_to_end_latency_seconds{job,source,sink}` (`None`: off, the default).
     pub latency_tracking_interval: Option<Duration>,
+    /// How long a failing or cancelled job waits for each of its tasks to stop (Flink's
+    /// `task.cancellation.timeout`; default 3 minutes). A task still running then is stuck
+    /// in a call that does not return (a hung state backend, storage or user function): the
+    /// job leaves its thread behind, says so, and restarts or ends without it; a cluster
+    /// worker does the same with its tasks when the next attempt is deployed. Zero: wait
+    /// without end.
+    pub cancellation_timeout: Duration,
 }
 
 /// How and where a job checkpoints, and how it restarts after a failure.
@@ -97,8 +104,20 @@ pub struct CheckpointConfig {
     pub interval: Duration,
     /// Minimum time between the end of one checkpoint and the start of the next.
     pub min_pause: Duration,
-    /// A checkpoint not complete after this long is aborted.
+    /// A checkpoint not complete after this long is aborted (default 10 minutes); one whose
+    /// files are still being written then is left to finish, and counts as a timeout for
+    /// every period of this length it takes.
     pub timeout: Duration,
+    /// Checkpoints that may time out in a row before the job stops its tasks and restarts
+    /// them from the latest completed checkpoint, under `restart` (Flink's
+    /// `execution.checkpointing.tolerable-failed-checkpoints`, which weir counts for
+    /// timeouts only). Default 0, as in Flink: the first timeout restarts the job. A
+    /// timeout is the one checkpoint failure nothing reports: a task, its state backend or
+    /// the checkpoint storage stopped answering, and until a restart no checkpoint would
+    /// complete again and no sink would commit. Failures that report themselves (writing
+    /// failed, a task declined) abort the checkpoint, and the next one tries again. `None`:
+    /// timeouts only abort checkpoints. See docs/checkpoints.md, "Checkpoints that time out".
+    pub tolerable_timeouts: Option<u32>,
     /// Number of complete checkpoints kept (older ones are deleted).
     pub retain: usize,
     /// Align barriers (exactly-once state); `false` gives at-least-once without alignment.
@@ -139,6 +158,7 @@ impl CheckpointConfig {
             interval: Duration::from_secs(1),
             min_pause: Duration::ZERO,
             timeout: Duration::from_secs(600),
+            tolerable_timeouts: Some(0),
             retain: 3,
             exactly_once: true,
             mode: CheckpointMode::Aligned,
@@ -298,9 +318,13 @@ impl Default for JobConfig {
             cluster: None,
             log_format: None,
             latency_tracking_interval: None,
+            cancellation_timeout: DEFAULT_CANCELLATION_TIMEOUT,
         }
     }
 }
+
+/// [`JobConfig::cancellation_timeout`]'s default: 3 minutes, as Flink's.
+pub const DEFAULT_CANCELLATION_TIMEOUT: Duration = Duration::from_secs(180);
 
 impl JobConfig {
     /// The exchange's settings of this job.

@@ -11,6 +11,6 @@
 //! its manifest is not), `cluster.stage` (`error`: staging a worker's checkpoint files
 //! fails), `cluster.final_notice` (`sleep:MS`: a worker hands its tasks the final
 //! checkpoint's trigger late), `restore.verify` (`sleep:MS`: reading the checksums of a
-//! checkpoint's files, before or during a restore, starts late); in sinks: `sink.after_precommit`, `sink.before_commit`, `sink.after_commit`.
+//! checkpoint's files, before or during a restore, starts late); in sinks: `sink.after_precommit`, `sink.before_commit`, `sink.after_commit`; in the RocksDB backend: `rocksdb.snapshot` (`sleep:MS`: an instance's background snapshot hangs).
 
 pub use weir_core::failpoint::hit;

@@ -25,7 +25,8 @@ mod web;
 
 pub use cluster::{ClusterConfig, ClusterRole, Joined, join};
 pub use config::{
-    CheckpointConfig, CheckpointMode, DEFAULT_ALIGNED_TIMEOUT, DEFAULT_IN_FLIGHT_TARGET, JobConfig,
+    CheckpointConfig, CheckpointMode, DEFAULT_ALIGNED_TIMEOUT, DEFAULT_CANCELLATION_TIMEOUT,
+    DEFAULT_IN_FLIGHT_TARGET, JobConfig,
 };
 pub use job::{JobHandle, JobResult, SAVEPOINT_REQUEST_FILE, TaskStats, execute, start};
 pub use logging::LogFormat;

@@ -208,6 +208,8 @@ struct SnapshotJob {
 
 impl SnapshotJob {
     fn run(self, changes: Vec<Changes>) -> Result<Vec<LocalFile>> {
+        // For the tests of a snapshot that never ends (`sleep:MS`).
+        weir_core::failpoint::hit("rocksdb.snapshot");
         let tables: Vec<_> = changes
             .iter()
             .filter(|c| !c.is_empty())

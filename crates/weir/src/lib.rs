@@ -293,6 +293,20 @@ impl Env {
         self
     }
 
+    /// How long a failing or cancelled job waits for each task to stop before it leaves a
+    /// stuck one behind (default 3 minutes, as Flink's `task.cancellation.timeout`; zero
+    /// waits without end). See [`JobConfig::cancellation_timeout`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let env = weir::Env::new().cancellation_timeout(Duration::from_secs(30));
+    /// assert_eq!(env.config().cancellation_timeout, Duration::from_secs(30));
+    /// ```
+    pub fn cancellation_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.config.cancellation_timeout = timeout;
+        self
+    }
+
     /// Runs the job as part of a cluster: as its coordinator, or as a worker on a
     /// connection made by [`cluster::join`]. Every process builds the same pipeline.
     pub fn cluster(mut self, cluster: weir_runtime::ClusterConfig) -> Self {

@@ -14,7 +14,9 @@ impl<T> Coordinator<T> {
     ///
     /// When this is the last missing acknowledgement, returns [`Action::Complete`] with every
     /// task's payload; the checkpoint stays pending (it counts against `max_concurrent` and
-    /// no longer times out) until [`completed`](Coordinator::completed) or
+    /// is no longer aborted on timeout, though its time still counts against
+    /// [`tolerable_timeouts`](crate::CoordinatorConfig::tolerable_timeouts)) until
+    /// [`completed`](Coordinator::completed) or
     /// [`completion_failed`](Coordinator::completion_failed).
     ///
     /// Ignored (no actions, the payload is dropped): an id that is not pending (unknown,
@@ -137,6 +139,7 @@ impl<T> Coordinator<T> {
         };
         self.last_end = Some(now);
         self.latest_completed = Some(id);
+        self.timeouts_in_a_row = 0;
         let older: Vec<CheckpointId> = self.pending.range(..id).map(|(id, _)| *id).collect();
         for old in older {
             self.abort(now, old, AbortReason::Subsumed { by: id }, &mut actions);

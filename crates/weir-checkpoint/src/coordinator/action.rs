@@ -118,6 +118,56 @@ impl fmt::Display for AbortReason {
     }
 }
 
+/// Why the coordinator gave up on the running tasks ([`Action::Fail`]): checkpoints timed
+/// out more often in a row than [`CoordinatorConfig::tolerable_timeouts`](crate::CoordinatorConfig::tolerable_timeouts) allows.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_checkpoint::TimedOut;
+/// let t = TimedOut { in_a_row: 1, tolerable: 0, after: Duration::from_secs(600), writing: true };
+/// assert_eq!(
+///     t.to_string(),
+///     "every task acknowledged it, but its files were not written within 600s \
+///      (1 timeout in a row, 0 tolerated)"
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimedOut {
+    /// Timeouts in a row, this one included.
+    pub in_a_row: u32,
+    /// The configured number tolerated.
+    pub tolerable: u32,
+    /// The configured timeout.
+    pub after: Duration,
+    /// The last checkpoint had every acknowledgement and was being written (its state
+    /// backends' files or its metadata); otherwise a task had not acknowledged it.
+    pub writing: bool,
+}
+
+impl fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let TimedOut {
+            in_a_row,
+            tolerable,
+            after,
+            writing,
+        } = self;
+        if *writing {
+            write!(
+                f,
+                "every task acknowledged it, but its files were not written within {after:?}"
+            )?;
+        } else {
+            write!(f, "not every task acknowledged it within {after:?}")?;
+        }
+        let s = if *in_a_row == 1 { "" } else { "s" };
+        write!(
+            f,
+            " ({in_a_row} timeout{s} in a row, {tolerable} tolerated)"
+        )
+    }
+}
+
 /// Something the runtime must do, returned by every coordinator call.
 ///
 /// Carry out the actions in the order returned.
@@ -164,6 +214,17 @@ pub enum Action<T> {
         /// Why it was aborted.
         reason: AbortReason,
     },
+    /// Checkpoints time out, more of them in a row than
+    /// [`CoordinatorConfig::tolerable_timeouts`](crate::CoordinatorConfig::tolerable_timeouts)
+    /// allows: something in the job stopped answering, and only a restart ends that. Stop
+    /// the running tasks and restart them from the latest completed checkpoint. The
+    /// coordinator triggers nothing more; the runtime starts a new one for the new tasks.
+    Fail {
+        /// The checkpoint that timed out last (still pending when it was being written).
+        id: CheckpointId,
+        /// How it timed out.
+        reason: TimedOut,
+    },
 }
 
 impl<T> Action<T> {
@@ -173,7 +234,8 @@ impl<T> Action<T> {
             Action::Trigger { id, .. }
             | Action::Complete { id, .. }
             | Action::Notify { id, .. }
-            | Action::Abort { id, .. } => *id,
+            | Action::Abort { id, .. }
+            | Action::Fail { id, .. } => *id,
         }
     }
 }

@@ -37,16 +37,26 @@ pub struct CoordinatorConfig {
     /// How many checkpoints may be pending at once (default 1). Explicit requests beyond it
     /// are queued, never dropped.
     pub max_concurrent: usize,
+    /// How many checkpoints in a row may time out before the coordinator gives up on the
+    /// running tasks with [`Action::Fail`](crate::Action::Fail): Flink's
+    /// `execution.checkpointing.tolerable-failed-checkpoints`, counting timeouts only. A
+    /// checkpoint that every task acknowledged but that is not yet
+    /// [`completed`](crate::Coordinator::completed) (its files are being written) counts
+    /// once for every `timeout` it takes. A completed checkpoint starts the count again.
+    /// `None` (the default): timeouts abort checkpoints and nothing more.
+    pub tolerable_timeouts: Option<u32>,
 }
 
 impl Default for CoordinatorConfig {
-    /// Periodic checkpoints disabled, no minimum pause, a 10-minute timeout, one at a time.
+    /// Periodic checkpoints disabled, no minimum pause, a 10-minute timeout, one at a time,
+    /// timeouts tolerated without end.
     fn default() -> Self {
         CoordinatorConfig {
             interval: Duration::ZERO,
             min_pause: Duration::ZERO,
             timeout: Duration::from_secs(600),
             max_concurrent: 1,
+            tolerable_timeouts: None,
         }
     }
 }

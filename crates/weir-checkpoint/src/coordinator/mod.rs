@@ -10,7 +10,9 @@
 //! → [`Action::Complete`] (the runtime writes the metadata) →
 //! [`completed`](Coordinator::completed) → [`Action::Notify`]. Timeout, a
 //! [`decline`](Coordinator::decline), a [`task_failed`](Coordinator::task_failed) or a newer
-//! completed checkpoint end it with [`Action::Abort`] instead.
+//! completed checkpoint end it with [`Action::Abort`] instead. Timeouts in a row beyond
+//! [`CoordinatorConfig::tolerable_timeouts`] end the coordinator's work with
+//! [`Action::Fail`]: the runtime restarts the tasks.
 //!
 //! ```
 //! use std::time::{Duration, Instant};
@@ -45,8 +47,9 @@ mod action;
 mod config;
 #[cfg(test)]
 mod props;
+mod timeouts;
 
-pub use action::{AbortReason, AckStats, Action, CheckpointStats, TaskKey};
+pub use action::{AbortReason, AckStats, Action, CheckpointStats, TaskKey, TimedOut};
 pub use config::{CoordinatorConfig, MIN_INTERVAL};
 
 use crate::error::{Error, Result};
@@ -86,6 +89,8 @@ struct Pending<T> {
     /// All acknowledgements are in and [`Action::Complete`] was emitted; only `completed`,
     /// `completion_failed` or a newer completion end it now.
     finalizing: bool,
+    /// Timeouts counted for it while finalizing (one per `timeout` it has taken).
+    overdue: u32,
 }
 
 /// The checkpoint coordinator state machine; `T` is a task's snapshot handle.
@@ -105,6 +110,10 @@ pub struct Coordinator<T> {
     last_end: Option<Instant>,
     latest_completed: Option<CheckpointId>,
     final_requested: bool,
+    /// Checkpoints timed out in a row (see [`CoordinatorConfig::tolerable_timeouts`]).
+    timeouts_in_a_row: u32,
+    /// [`Action::Fail`] was emitted: nothing is triggered any more.
+    failed: bool,
 }
 
 impl<T> Coordinator<T> {
@@ -137,6 +146,8 @@ impl<T> Coordinator<T> {
             last_end: None,
             latest_completed: None,
             final_requested: false,
+            timeouts_in_a_row: 0,
+            failed: false,
         })
     }
 
@@ -181,23 +192,12 @@ impl<T> Coordinator<T> {
     /// or abort (at most one per call). The first call only starts the clock (unless an
     /// explicit request did before): the first periodic checkpoint comes one interval later.
     ///
-    /// Periodic triggering stops once a [`CheckpointKind::Final`] checkpoint was requested.
+    /// Periodic triggering stops once a [`CheckpointKind::Final`] checkpoint was requested,
+    /// and every triggering once [`Action::Fail`] was returned.
     pub fn tick(&mut self, now: Instant) -> Vec<Action<T>> {
         self.started_at.get_or_insert(now);
         let mut actions = Vec::new();
-        let expired: Vec<CheckpointId> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| {
-                !p.finalizing
-                    && now.saturating_duration_since(p.triggered_at) >= self.config.timeout
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        for id in expired {
-            let after = self.config.timeout;
-            self.abort(now, id, AbortReason::Timeout { after }, &mut actions);
-        }
+        self.time_out(now, &mut actions);
         self.drain_queue(now, &mut actions);
         if self.periodic_due_at().is_some_and(|due| now >= due) {
             self.trigger(now, CheckpointKind::Checkpoint, &mut actions);
@@ -224,18 +224,17 @@ impl<T> Coordinator<T> {
     /// periodic trigger or a timeout), so the runtime can sleep until then. `None` when only
     /// an external event can change anything, or before the first tick.
     pub fn next_deadline(&self) -> Option<Instant> {
-        let timeouts = self
-            .pending
-            .values()
-            .filter(|p| !p.finalizing)
-            .filter_map(|p| p.triggered_at.checked_add(self.config.timeout));
-        timeouts.chain(self.periodic_due_at()).min()
+        self.timeout_deadline()
+            .into_iter()
+            .chain(self.periodic_due_at())
+            .min()
     }
 
     /// When the next periodic checkpoint is due, if one can be triggered at all now.
     fn periodic_due_at(&self) -> Option<Instant> {
         let started = self.started_at?;
         if !self.config.is_periodic()
+            || self.failed
             || self.final_requested
             || !self.queued.is_empty()
             || self.pending.len() >= self.config.max_concurrent
@@ -253,7 +252,7 @@ impl<T> Coordinator<T> {
     }
 
     fn drain_queue(&mut self, now: Instant, actions: &mut Vec<Action<T>>) {
-        while self.pending.len() < self.config.max_concurrent {
+        while !self.failed && self.pending.len() < self.config.max_concurrent {
             let Some(kind) = self.queued.pop_front() else {
                 break;
             };
@@ -272,6 +271,7 @@ impl<T> Coordinator<T> {
                 triggered_at: now,
                 acks: BTreeMap::new(),
                 finalizing: false,
+                overdue: 0,
             },
         );
         tracing::debug!(checkpoint = %id, %kind, "triggering checkpoint");
@@ -337,6 +337,7 @@ pub(crate) mod tests {
             min_pause: ms(min_pause),
             timeout: ms(timeout),
             max_concurrent: 1,
+            tolerable_timeouts: None,
         }
     }
 

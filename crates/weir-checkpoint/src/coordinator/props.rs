@@ -115,6 +115,9 @@ impl Model {
                     prop_assert!(!self.ended.contains(&id.0), "second end of {}", id);
                     self.ended.insert(id.0);
                 }
+                Action::Fail { .. } => {
+                    prop_assert!(false, "Fail without tolerable_timeouts");
+                }
             }
         }
         Ok(())
@@ -136,6 +139,7 @@ proptest! {
             min_pause: Duration::from_millis(min_pause),
             timeout: Duration::from_millis(timeout),
             max_concurrent,
+            tolerable_timeouts: None,
         };
         let sources = [TaskKey::new(0, 0), TaskKey::new(0, 1)];
         let tasks = [TaskKey::new(0, 0), TaskKey::new(0, 1), TaskKey::new(1, 0)];

@@ -57,6 +57,7 @@ fn write(
         false,
         acks,
         &stats(),
+        &Default::default(),
     )
     .map(|(path, _)| path)
 }
@@ -200,6 +201,7 @@ fn snapshots_stored_by_workers_are_referenced_by_the_manifest() {
             false,
             ack(id),
             &stats(),
+            &Default::default(),
         )
         .unwrap();
         let m = coordinator.load(&path).unwrap();

@@ -396,7 +396,7 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
             match msg {
                 Ok(Some(Wire::Deploy(d))) => {
                     if let Some(a) = current.take() {
-                        a.stop();
+                        a.stop(job.cfg.cancellation_timeout);
                     }
                     job.status.clear_tasks();
                     job.status.set_detailed(d.count_records);
@@ -470,7 +470,7 @@ pub(crate) fn run(name: &str, job: Arc<JobShared>, joined: Joined) -> Result<Job
             reader.abort();
         }
         if let Some(a) = current.take() {
-            a.stop();
+            a.stop(job.cfg.cancellation_timeout);
         }
         data.clear(0);
         pinger.abort();

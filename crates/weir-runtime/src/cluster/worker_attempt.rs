@@ -48,10 +48,35 @@ impl WorkerAttempt {
         self.sent.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(super) fn stop(self) {
+    /// Cancels the tasks and waits for them, each for at most `timeout` after the call
+    /// (zero: without end); a task still running then is stuck in a call that does not
+    /// return, and its thread is left behind, as the coordinator left it behind already.
+    pub(super) fn stop(self, timeout: std::time::Duration) {
         self.cancel.store(true, Ordering::SeqCst);
+        let deadline = (!timeout.is_zero()).then(|| std::time::Instant::now() + timeout);
+        let mut stuck = Vec::new();
         for t in self.threads {
-            let _ = t.join();
+            while let Some(d) = deadline
+                && !t.is_finished()
+                && std::time::Instant::now() < d
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            if deadline.is_none() || t.is_finished() {
+                let _ = t.join();
+            } else {
+                stuck.push(t.thread().name().unwrap_or("a task").to_string());
+            }
+        }
+        if !stuck.is_empty() {
+            tracing::error!(
+                attempt = self.attempt,
+                "{} did not stop within {timeout:?} of being cancelled; left behind (stuck \
+                 in a call that does not return)",
+                stuck.join(", ")
+            );
+            // Their restore directory may still be in use.
+            return;
         }
         if let Some(d) = self.restore_dir {
             let _ = std::fs::remove_dir_all(d);

@@ -30,6 +30,7 @@ pub(super) fn run_attempt(
                 min_pause: c.min_pause,
                 timeout: c.timeout,
                 max_concurrent: 1,
+                tolerable_timeouts: c.tolerable_timeouts,
             };
             Some(
                 Coordinator::<Snapshots>::new(
@@ -58,6 +59,11 @@ pub(super) fn run_attempt(
     let mut first_error: Option<Error> = None;
     let mut secondary: Option<Error> = None;
     let mut remaining = running.len();
+    // Tasks that reported their end; when the job was cancelled, and whether the tasks
+    // still running after the cancellation timeout were left behind.
+    let mut ended = vec![false; running.len()];
+    let mut cancelled_at: Option<Instant> = None;
+    let mut abandoned = false;
     let mut sources_left: usize = running.iter().filter(|t| t.is_source).count();
     let mut completed: Option<CheckpointId> = None;
     let mut completed_count = 0u64;
@@ -99,6 +105,9 @@ pub(super) fn run_attempt(
             wake = wake.min(t);
         }
         if let Some(d) = coordinator.as_ref().and_then(|c| c.next_deadline()) {
+            wake = wake.min(d);
+        }
+        if let Some(d) = cancelled_at.and_then(|at| cancellation_deadline(job, at)) {
             wake = wake.min(d);
         }
         let mut actions = Vec::new();
@@ -184,6 +193,7 @@ pub(super) fn run_attempt(
             }
             Ok(TaskEvent::Done { task, result }) => {
                 remaining -= 1;
+                ended[task] = true;
                 let t = &running[task];
                 match result {
                     Ok(Ok(n)) => stats[task] = Some(n),
@@ -226,7 +236,15 @@ pub(super) fn run_attempt(
         }
         if cancel.load(Ordering::SeqCst) && !cancel_sent {
             cancel_sent = true;
+            cancelled_at = Some(Instant::now());
             on_cancel();
+        }
+        if let Some(d) = cancelled_at.and_then(|at| cancellation_deadline(job, at))
+            && Instant::now() >= d
+        {
+            leave_stuck_tasks(name, job, &running, &ended);
+            abandoned = true;
+            break;
         }
         if let (Some(c), Some(_)) = (coordinator.as_mut(), storage) {
             // Requests from JobHandle or from `weir savepoint` (a request file in the directory).
@@ -368,16 +386,43 @@ pub(super) fn run_attempt(
                         t.commands.send(TaskCommand::Abort(id));
                     }
                 }
+                Action::Fail { id, reason } => {
+                    let _span = spans.remove(&id).map(tracing::Span::entered);
+                    let message = format!(
+                        "checkpoint {id} timed out: {reason}. A task, its state backend or the \
+                         checkpoint storage stopped answering: the job stops its tasks and \
+                         restarts from its latest completed checkpoint. If checkpoints are \
+                         slow rather than stuck, raise the checkpoint timeout or \
+                         tolerable_timeouts"
+                    );
+                    tracing::error!(job = name, checkpoint = id.0, "job '{name}': {message}");
+                    if reason.writing {
+                        // Still pending (being written): no abort reported it.
+                        job.status.checkpoint_failed(id, reason.to_string());
+                        ck_metrics.failed.inc();
+                    }
+                    cancel.store(true, Ordering::SeqCst);
+                    first_error.get_or_insert(Error::User(message));
+                }
             }
         }
     }
     for t in threads {
-        let _ = t.join();
+        // A stuck task's thread is left behind (leave_stuck_tasks said which).
+        if !abandoned || t.is_finished() {
+            let _ = t.join();
+        }
     }
     // A checkpoint still being written when the job ended is finished (or fails) before
-    // the job returns, so nothing writes to the checkpoint directory afterwards.
+    // the job returns, so nothing writes to the checkpoint directory afterwards. When
+    // tasks were left behind, the writer may be waiting for one of them: it is told to
+    // write no metadata any more, and left behind too if it is still busy.
     if let Some(w) = writer {
-        w.finish();
+        if abandoned {
+            w.abandon();
+        } else {
+            w.finish();
+        }
     }
     if let Some(e) = crate::owner::lost(storage) {
         first_error = Some(e);
@@ -431,5 +476,32 @@ fn print_progress(name: &str, running: &[Running], started: Instant) {
         records_received = processed,
         "job '{name}': {read} records read, {processed} records received by downstream tasks, {secs:.1}s ({:.0} records/s)",
         read as f64 / secs.max(1e-9)
+    );
+}
+
+/// When the tasks of an attempt cancelled at `at` are given up on, if ever
+/// ([`JobConfig::cancellation_timeout`](crate::JobConfig::cancellation_timeout)).
+fn cancellation_deadline(job: &JobShared, at: Instant) -> Option<Instant> {
+    let timeout = job.cfg.cancellation_timeout;
+    (!timeout.is_zero()).then(|| at + timeout)
+}
+
+/// Says which tasks did not stop within the cancellation timeout; the attempt then ends
+/// without them.
+fn leave_stuck_tasks(name: &str, job: &JobShared, running: &[Running], ended: &[bool]) {
+    let stuck: Vec<String> = running
+        .iter()
+        .zip(ended)
+        .filter(|(_, ended)| !**ended)
+        .map(|(t, _)| format!("'{}' (subtask {}/{})", t.name, t.subtask + 1, t.parallelism))
+        .collect();
+    let timeout = job.cfg.cancellation_timeout;
+    tracing::error!(
+        job = name,
+        tasks = stuck.len(),
+        "job '{name}': {} did not stop within {timeout:?} of being cancelled; they are stuck \
+         in a call that does not return, and are left behind (their threads keep what they \
+         hold until it returns). JobConfig::cancellation_timeout sets the wait",
+        stuck.join(", ")
     );
 }

@@ -9,6 +9,8 @@ use crate::failpoint;
 use crossbeam_channel::Sender;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use weir_checkpoint::{Action, CheckpointKind, CheckpointStorage, Coordinator, TaskKey};
 use weir_core::ids::CheckpointId;
@@ -99,6 +101,9 @@ struct WriteJob {
 pub(super) struct CheckpointWriter {
     jobs: Sender<WriteJob>,
     thread: std::thread::JoinHandle<()>,
+    /// Set when the attempt ended without the writer ([`CheckpointWriter::abandon`]): it
+    /// writes no checkpoint's metadata any more.
+    abandoned: Arc<AtomicBool>,
 }
 
 impl CheckpointWriter {
@@ -111,6 +116,8 @@ impl CheckpointWriter {
     ) -> Result<Self> {
         let (jobs, rx) = crossbeam_channel::unbounded::<WriteJob>();
         let job_name = job_name.to_string();
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let fence = abandoned.clone();
         let thread = std::thread::Builder::new()
             .name("weir-checkpoint-writer".into())
             .spawn(move || {
@@ -146,6 +153,7 @@ impl CheckpointWriter {
                             stops_job,
                             acks,
                             &stats,
+                            &fence,
                         )
                     }))
                     .unwrap_or_else(|p| Err(Error::from_panic(p)));
@@ -172,7 +180,11 @@ impl CheckpointWriter {
             .map_err(|e| {
                 Error::Config(format!("cannot start the checkpoint writer thread: {e}"))
             })?;
-        Ok(CheckpointWriter { jobs, thread })
+        Ok(CheckpointWriter {
+            jobs,
+            thread,
+            abandoned,
+        })
     }
 
     /// Queues checkpoint `id` for writing; its [`Written`] report follows.
@@ -201,6 +213,18 @@ impl CheckpointWriter {
     pub(super) fn finish(self) {
         drop(self.jobs);
         let _ = self.thread.join();
+    }
+
+    /// Ends the writer without waiting for it, when the attempt left stuck tasks behind:
+    /// the checkpoint it may be writing waits for their files. No checkpoint's metadata is
+    /// written from now on, so a checkpoint of the abandoned attempt can never complete
+    /// after the next attempt has started from an older one.
+    pub(super) fn abandon(self) {
+        self.abandoned.store(true, Ordering::SeqCst);
+        drop(self.jobs);
+        if self.thread.is_finished() {
+            let _ = self.thread.join();
+        }
     }
 }
 
