@@ -164,6 +164,21 @@ impl<'a> Cluster<'a> {
     }
 }
 
+/// The cluster's processes and their logs; any still running when the test ends (it
+/// failed) are killed.
+pub(super) struct Processes(pub(super) Vec<(Child, PathBuf)>);
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for (c, _) in &mut self.0 {
+            if let Ok(None) = c.try_wait() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
 /// Waits until a coordinator listens or exits; true when it exited because a port it was
 /// given is in use.
 fn lost_its_ports(child: &mut Child, log: &Path) -> bool {

@@ -13,7 +13,7 @@
 //! The coordinator runs with its own temporary directory (`TMPDIR`), where it keeps the
 //! staging area as `weir-coordinator-<pid>-<nanos>/<file name in storage>/<file>`.
 
-use crate::cluster::{Cluster, expect_success, read, start_workers};
+use crate::cluster::{Cluster, Processes, expect_success, read, start_workers};
 use crate::harness::Scenario;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -29,21 +29,6 @@ struct Seen {
     /// Staging samples: the newest complete checkpoint before and after listing the
     /// staging area, and what it held.
     samples: Vec<(u64, u64, BTreeSet<String>)>,
-}
-
-/// The cluster's processes and their logs; any still running when the test ends (it
-/// failed) are killed.
-struct Processes(Vec<(std::process::Child, PathBuf)>);
-
-impl Drop for Processes {
-    fn drop(&mut self) {
-        for (c, _) in &mut self.0 {
-            if let Ok(None) = c.try_wait() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
 }
 
 /// Records complete checkpoints of `ck` not seen yet; returns the newest.

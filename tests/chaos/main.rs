@@ -29,6 +29,7 @@ mod restarts;
 mod restore_verification;
 mod rocks_windows;
 mod storage;
+mod stuck;
 mod tables;
 mod time_joins;
 mod unaligned;
