@@ -38,8 +38,8 @@ use weir_core::{Error, Result};
 use crate::budget::SlotMemory;
 pub use crate::rocks_options::RocksDbConfig;
 use crate::rocks_options::{
-    FILTER_BUILDER_BYTES, db_options, initial_compaction_file_bytes, size_compaction_files,
-    table_options,
+    CompactionThread, FILTER_BUILDER_BYTES, db_options, initial_compaction_file_bytes,
+    size_compaction_files, table_options,
 };
 
 pub(crate) fn err(what: &str, path: &Path, e: rocksdb::Error) -> Error {
@@ -79,6 +79,8 @@ pub struct RocksStore {
     /// The size compactions cut their output files at now (see
     /// [`crate::rocks_options::size_compaction_files`]).
     file_bytes: Arc<AtomicUsize>,
+    /// This instance's thread of the process's compaction pool.
+    _compaction_thread: CompactionThread,
 }
 
 impl RocksStore {
@@ -135,6 +137,7 @@ impl RocksStore {
             inflight: RefCell::new(None),
             restored: Arc::new(restored),
             file_bytes,
+            _compaction_thread: CompactionThread::claim(),
         })
     }
 

@@ -113,6 +113,47 @@ pub(crate) fn db_options(memory: &SlotMemory, partitioned: bool) -> rocksdb::Opt
     opts
 }
 
+/// RocksDB instances open in this process, and the threads of the process's compaction
+/// pool (RocksDB's low-priority pool, shared by every instance).
+static COMPACTION_POOL: std::sync::Mutex<(usize, usize)> = std::sync::Mutex::new((0, 0));
+
+/// An open instance's claim on a compaction thread: while it lives, the process's pool has
+/// one thread per open instance, up to the machine's cores, so that each instance can
+/// compact while the others do (each runs one compaction at a time: two background jobs,
+/// one flush and one compaction). RocksDB alone sizes the pool by one instance's options:
+/// one thread for the whole process. See
+/// docs/decisions/0060-a-compaction-thread-per-instance.md.
+pub(crate) struct CompactionThread(());
+
+impl CompactionThread {
+    pub(crate) fn claim() -> Self {
+        resize_compaction_pool(1);
+        CompactionThread(())
+    }
+}
+
+impl Drop for CompactionThread {
+    fn drop(&mut self) {
+        resize_compaction_pool(-1);
+    }
+}
+
+fn resize_compaction_pool(change: isize) {
+    let mut pool = COMPACTION_POOL.lock().unwrap_or_else(|e| e.into_inner());
+    pool.0 = pool.0.saturating_add_signed(change);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let want = pool.0.clamp(1, cores);
+    if want != pool.1 {
+        match rocksdb::Env::new() {
+            Ok(mut env) => {
+                env.set_low_priority_background_threads(want as i32);
+                pool.1 = want;
+            }
+            Err(e) => tracing::warn!("could not size RocksDB's compaction threads: {e}"),
+        }
+    }
+}
+
 /// Bytes of hashes a compaction's whole-file filter builder may hold. The builder keeps 8
 /// bytes per key of the file it is writing until the file is finished, and RocksDB charges
 /// them to no cache: small keys that compress well (window panes, timers) put 15M keys, 116
@@ -199,6 +240,75 @@ mod tests {
         // Nothing on disk yet, or entries of a byte: the bounds.
         assert_eq!(compaction_file_bytes(0, 0, 16 << 20), 64 << 20);
         assert_eq!(compaction_file_bytes(1 << 20, 1 << 20, 16 << 20), 2 << 20);
+    }
+
+    /// Tried as two slots of one process run: each instance compacts while the other does.
+    /// RocksDB alone sizes its process-wide pool by one instance's options (one thread),
+    /// and the second instance's compaction waited for the first's.
+    #[test]
+    fn two_open_instances_compact_at_the_same_time() {
+        if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = RocksDbConfig {
+            local_dir: tmp.path().join("local"),
+            memory_budget_bytes: 64 << 20,
+            ..RocksDbConfig::default()
+        };
+        let memory = SlotMemory::of_slot(&cfg, 0, 1).unwrap();
+        let instances: Vec<(rocksdb::DB, CompactionThread)> = (0..2)
+            .map(|i| {
+                let mut opts = db_options(&memory, false);
+                // Only the compactions this test starts.
+                opts.set_disable_auto_compactions(true);
+                let db = rocksdb::DB::open(&opts, tmp.path().join(format!("db{i}"))).unwrap();
+                (db, CompactionThread::claim())
+            })
+            .collect();
+        // Eight overlapping level-0 files each: a compaction of some tens of milliseconds.
+        for (db, _) in &instances {
+            for file in 0..8u64 {
+                let mut batch = rocksdb::WriteBatch::default();
+                for k in 0..20_000u64 {
+                    batch.put(
+                        (k * 7 + file).to_be_bytes(),
+                        (k ^ file).to_le_bytes().repeat(4),
+                    );
+                }
+                db.write(batch).unwrap();
+                db.flush().unwrap();
+            }
+        }
+        let running = |db: &rocksdb::DB| {
+            db.property_int_value("rocksdb.num-running-compactions")
+                .unwrap()
+                .unwrap_or(0)
+        };
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        let mut at_once = false;
+        std::thread::scope(|s| {
+            for (db, _) in &instances {
+                let done = &done;
+                s.spawn(move || {
+                    db.compact_range::<&[u8], &[u8]>(None, None);
+                    done.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+            // Watch both until both compactions have returned.
+            while done.load(Ordering::SeqCst) < 2 {
+                at_once |= instances.iter().all(|(db, _)| running(db) > 0);
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        });
+        for (db, _) in &instances {
+            let files = db.live_files().unwrap();
+            assert!(files.iter().all(|f| f.level > 0), "{files:?}");
+        }
+        assert!(
+            at_once,
+            "the two instances never compacted at the same time"
+        );
     }
 
     /// Tried on real files: small entries, as window panes are, get files cut so that no
