@@ -324,6 +324,10 @@ fn the_configuration_reference_states_the_defaults_the_code_has() {
         ("interval", duration(c.interval)),
         ("min_pause", duration(c.min_pause)),
         ("timeout", duration(c.timeout)),
+        (
+            "tolerable_timeouts",
+            format!("`{:?}`", c.tolerable_timeouts),
+        ),
         ("retain", c.retain.to_string()),
         ("exactly_once", format!("`{}`", c.exactly_once)),
         ("restore_from", format!("`{:?}`", c.restore_from)),
@@ -342,6 +346,10 @@ fn the_configuration_reference_states_the_defaults_the_code_has() {
             JobConfig::default()
                 .in_flight_target
                 .map_or("`None`".to_string(), duration),
+        ),
+        (
+            "cancellation_timeout",
+            duration(JobConfig::default().cancellation_timeout),
         ),
     ];
     let have = documented_defaults();
