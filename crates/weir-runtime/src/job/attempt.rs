@@ -499,9 +499,9 @@ fn leave_stuck_tasks(name: &str, job: &JobShared, running: &[Running], ended: &[
     tracing::error!(
         job = name,
         tasks = stuck.len(),
-        "job '{name}': {} did not stop within {timeout:?} of being cancelled; they are stuck \
-         in a call that does not return, and are left behind (their threads keep what they \
-         hold until it returns). JobConfig::cancellation_timeout sets the wait",
+        "job '{name}': {} did not stop within {timeout:?} of being cancelled: stuck in a \
+         call that does not return, and left behind (a thread keeps what it holds until its \
+         call returns). JobConfig::cancellation_timeout sets the wait",
         stuck.join(", ")
     );
 }
