@@ -242,6 +242,16 @@ mod tests {
         assert_eq!(compaction_file_bytes(1 << 20, 1 << 20, 16 << 20), 2 << 20);
     }
 
+    /// The memory of a job's only slot, with instances under `dir` and a budget of `budget`.
+    fn one_slot(dir: &std::path::Path, budget: usize) -> std::sync::Arc<SlotMemory> {
+        let cfg = RocksDbConfig {
+            local_dir: dir.join("local"),
+            memory_budget_bytes: budget,
+            ..RocksDbConfig::default()
+        };
+        SlotMemory::of_slot(&cfg, 0, 1).unwrap()
+    }
+
     /// Tried as two slots of one process run: each instance compacts while the other does.
     /// RocksDB alone sizes its process-wide pool by one instance's options (one thread),
     /// and the second instance's compaction waited for the first's.
@@ -251,12 +261,7 @@ mod tests {
             return;
         }
         let tmp = tempfile::tempdir().unwrap();
-        let cfg = RocksDbConfig {
-            local_dir: tmp.path().join("local"),
-            memory_budget_bytes: 64 << 20,
-            ..RocksDbConfig::default()
-        };
-        let memory = SlotMemory::of_slot(&cfg, 0, 1).unwrap();
+        let memory = one_slot(tmp.path(), 64 << 20);
         let instances: Vec<(rocksdb::DB, CompactionThread)> = (0..2)
             .map(|i| {
                 let mut opts = db_options(&memory, false);
@@ -316,12 +321,7 @@ mod tests {
     #[test]
     fn a_compaction_cuts_files_of_small_entries_at_the_filter_builders_allowance() {
         let tmp = tempfile::tempdir().unwrap();
-        let cfg = RocksDbConfig {
-            local_dir: tmp.path().join("local"),
-            memory_budget_bytes: 16 << 20,
-            ..RocksDbConfig::default()
-        };
-        let memory = SlotMemory::of_slot(&cfg, 0, 1).unwrap();
+        let memory = one_slot(tmp.path(), 16 << 20);
         let db = rocksdb::DB::open(&db_options(&memory, false), tmp.path().join("db")).unwrap();
         let current = initial_compaction_file_bytes();
         // An allowance of 1 MiB of hashes: 131,072 keys per file.
