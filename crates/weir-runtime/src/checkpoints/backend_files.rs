@@ -137,10 +137,24 @@ pub(crate) fn fetch(
 }
 
 /// The file name the backend gave `f` (the last component of where it had it).
+///
+/// A cluster coordinator before this release recorded a file a restored worker had left
+/// out at its stored copy, whose last component is the storage name
+/// (`<instance>-000008.sst`): that name is cut back to the backend's (`000008.sst`, the
+/// part after the instance; a shared file's own name has no `-`), so such checkpoints
+/// restore too.
 fn local_name(f: &LocalFile) -> Result<&std::ffi::OsStr> {
-    f.path
+    let name = f
+        .path
         .file_name()
-        .ok_or_else(|| Error::Config(format!("checkpoint file {} has no local name", f.name)))
+        .ok_or_else(|| Error::Config(format!("checkpoint file {} has no local name", f.name)))?;
+    if f.shared
+        && name == f.name.as_str()
+        && let Some((_, own)) = f.name.rsplit_once('-')
+    {
+        return Ok(std::ffi::OsStr::new(own));
+    }
+    Ok(name)
 }
 
 /// Local recovery: when every file of `inst` is still where the old process kept it, with
@@ -365,6 +379,25 @@ mod tests {
         assert_eq!((figures.local, figures.fetched), (0, 1));
         assert_eq!(contents(&got[0].1), want());
         assert!(kept.exists());
+    }
+
+    /// A checkpoint a cluster coordinator wrote after a restore, before this release,
+    /// recorded a restored file at its stored copy (the storage name as its last
+    /// component): it is fetched under the backend's own name all the same.
+    #[test]
+    fn a_restored_file_recorded_at_its_stored_copy_gets_its_own_name_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (storage, path, mut inst) = checkpoint(tmp.path());
+        inst.files[0].path = storage.dir().join("shared").join(&inst.files[0].name);
+        let (got, _) = fetch(&storage, &path, vec![inst], &tmp.path().join("r"), false).unwrap();
+        let names: Vec<_> = got[0]
+            .1
+            .files
+            .iter()
+            .map(|f| f.path.file_name().unwrap().to_owned())
+            .collect();
+        assert_eq!(names, ["000009.sst", "MANIFEST-000005"]);
+        assert_eq!(contents(&got[0].1), want());
     }
 
     #[test]

@@ -18,9 +18,11 @@
 //!
 //! After a restore, the workers leave out the immutable files their tasks were restored
 //! with as well (their basis starts with them): those are in checkpoint storage already,
-//! and [`Staging::restored`] tells the area where. It points a snapshot's file at its
-//! stored copy, never holds, copies or deletes it; the checkpoint writer then reuses it by
-//! name. So the first checkpoint after a restore sends and stores only what changed.
+//! and [`Staging::restored`] tells the area which. It accepts them left out, never holds,
+//! copies or deletes them, and leaves the snapshot's file where the worker has it, under
+//! the name the state backend gave it (a restore of the new checkpoint places the file
+//! under that name); the checkpoint writer reuses the stored copy by its storage name. So
+//! the first checkpoint after a restore sends and stores only what changed.
 //!
 //! Used only when the checkpoint storage is a directory (local or a shared mount). With
 //! checkpoints on object storage the workers store their tasks' files themselves and
@@ -55,9 +57,9 @@ struct Inner {
     basis: HashMap<Task, BTreeSet<String>>,
     /// Per checkpoint not yet completed or aborted: the files of each task's acknowledgement.
     pending: BTreeMap<u64, HashMap<Task, BTreeSet<String>>>,
-    /// The stored files of the checkpoint this attempt restored, by storage name: where
-    /// checkpoint storage holds them (never deleted here).
-    restored: HashMap<String, PathBuf>,
+    /// The storage names of the stored files of the checkpoint this attempt restored
+    /// (never held or deleted here).
+    restored: BTreeSet<String>,
 }
 
 impl Inner {
@@ -133,12 +135,8 @@ impl Staging {
     }
 
     /// The attempt `attempt` restored a checkpoint whose immutable files `files` (storage
-    /// name, where storage holds it) the workers may leave out of their acknowledgements.
-    pub(crate) fn restored(
-        &self,
-        attempt: u64,
-        files: impl IntoIterator<Item = (String, PathBuf)>,
-    ) {
+    /// names; storage holds them) the workers may leave out of their acknowledgements.
+    pub(crate) fn restored(&self, attempt: u64, files: impl IntoIterator<Item = String>) {
         let mut inner = self.inner();
         if inner.attempt == attempt {
             inner.restored.extend(files);
@@ -203,7 +201,7 @@ impl Staging {
                 .find(|(n, _)| {
                     !just.contains(n)
                         && !inner.held.contains_key(n)
-                        && !inner.restored.contains_key(n)
+                        && !inner.restored.contains(n)
                 })
             {
                 Some((name, _)) => Err(Error::Config(format!(
@@ -228,11 +226,13 @@ impl Staging {
             .entry(checkpoint)
             .or_default()
             .insert(task, names);
+        // A restored file keeps the worker's path: its last component is the name the
+        // state backend gave it, which a restore of this checkpoint places it under. (Its
+        // stored copy is named by the storage name; pointing at that made checkpoints
+        // taken after a restore impossible to restore again.)
         for f in snapshot.values_mut().flat_map(|s| &mut s.files) {
             if let Some(h) = inner.held.get(&f.name) {
                 f.path = h.path.clone();
-            } else if let Some(stored) = inner.restored.get(&f.name) {
-                f.path = stored.clone();
             }
         }
         self.publish(&inner);
@@ -286,24 +286,22 @@ impl Staging {
     }
 }
 
-/// The shared files of checkpoint `manifest` at `path`, where storage holds them (for
-/// [`Staging::restored`]); none for a savepoint, whose files are its own copies that the
+/// The storage names of the shared files of checkpoint `manifest` at `path` that storage
+/// holds (for [`Staging::restored`]); none for a savepoint, whose files are its own copies that the
 /// next checkpoint stores again, or on object storage.
 pub(crate) fn restored_files(
     storage: &weir_checkpoint::CheckpointStorage,
     manifest: &weir_checkpoint::Manifest,
     path: &Path,
-) -> Vec<(String, PathBuf)> {
+) -> Vec<String> {
     if manifest.kind.is_savepoint() {
         return Vec::new();
     }
     manifest
         .files()
         .filter(|f| f.shared)
-        .filter_map(|f| {
-            let at = storage.file_path(path, f).ok().flatten()?;
-            Some((f.name.clone(), at))
-        })
+        .filter(|f| storage.file_path(path, f).ok().flatten().is_some())
+        .map(|f| f.name.clone())
         .collect()
 }
 

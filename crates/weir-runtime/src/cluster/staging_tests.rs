@@ -223,23 +223,18 @@ fn tasks_keep_their_own_basis() {
 }
 
 /// After a restore, a worker leaves out the files its task was restored with: the area
-/// points them at checkpoint storage's copies, never copies or deletes those, and still
-/// refuses a left-out file it knows nothing of.
+/// accepts them, keeps them under the name the backend gave them (a restore of the new
+/// checkpoint needs it: `000007.sst`, not its storage name), never copies or deletes the
+/// stored copies, and still refuses a left-out file it knows nothing of.
 #[test]
-fn files_of_the_restored_checkpoint_are_pointed_at_in_storage_and_never_deleted() {
+fn files_of_the_restored_checkpoint_keep_their_own_names_and_are_never_deleted() {
     let (d, s) = area();
     let stored = d.path().join("checkpoints").join("shared");
     std::fs::create_dir_all(&stored).unwrap();
     std::fs::write(stored.join("i-000007.sst"), b"stored").unwrap();
-    s.restored(
-        1,
-        [("i-000007.sst".to_string(), stored.join("i-000007.sst"))],
-    );
+    s.restored(1, ["i-000007.sst".to_string()]);
     // An older attempt's hint is ignored.
-    s.restored(
-        0,
-        [("i-000099.sst".to_string(), stored.join("i-000099.sst"))],
-    );
+    s.restored(0, ["i-000099.sst".to_string()]);
     let (mut snap, files) = ack(
         &["i-2-MANIFEST", "i-000007.sst", "i-000008.sst"],
         &["i-2-MANIFEST", "i-000008.sst"],
@@ -250,7 +245,7 @@ fn files_of_the_restored_checkpoint_are_pointed_at_in_storage_and_never_deleted(
         paths,
         vec![
             s.root.join("i-2-MANIFEST/MANIFEST"),
-            stored.join("i-000007.sst"),
+            PathBuf::from("/worker/db/chk/000007.sst"),
             s.root.join("i-000008.sst/000008.sst")
         ]
     );
