@@ -19,7 +19,7 @@ fn a_snapshot_that_never_ends_restarts_the_job_and_the_output_stays_exact() {
     let started = std::time::Instant::now();
     let mut child = s
         .command(2, Some(5_000), 100)
-        .args(["--checkpoint-timeout-ms", "2000"])
+        .args(["--checkpoint-timeout-ms", "4000"])
         .args(["--cancellation-timeout-ms", "2000"])
         // Two instances snapshot at every checkpoint: the sixth snapshot is checkpoint 3's.
         .env("WEIR_FAILPOINTS", format!("rocksdb.snapshot=6*{HANG}"))
@@ -34,7 +34,7 @@ fn a_snapshot_that_never_ends_restarts_the_job_and_the_output_stays_exact() {
     // In one process the tasks acknowledge at once and the checkpoint hangs while its files
     // are written.
     let timed_out = "checkpoint 3 timed out: every task acknowledged it, but its files were \
-                     not written within 2s (1 timeout in a row, 0 tolerated)";
+                     not written within 4s (1 timeout in a row, 0 tolerated)";
     assert!(
         log.contains(timed_out),
         "no {timed_out:?} in the log:\n{log}"
@@ -47,11 +47,6 @@ fn a_snapshot_that_never_ends_restarts_the_job_and_the_output_stays_exact() {
         log.contains("restarting from the last complete checkpoint"),
         "no restart:\n{log}"
     );
-    assert_eq!(
-        log.matches("restarting from").count(),
-        1,
-        "one restart expected:\n{log}"
-    );
     s.check();
     eprintln!(
         "stuck snapshot (one process): restarted and exact in {:?}",
@@ -59,6 +54,12 @@ fn a_snapshot_that_never_ends_restarts_the_job_and_the_output_stays_exact() {
     );
 }
 
+/// On a cluster: a worker's snapshot hangs (checkpoint 2 of the first attempt), the job
+/// restarts from checkpoint 1; then the coordinator writes the next checkpoint slowly (the
+/// fail point `checkpoint.before_metadata=2*sleep:7000`), past the timeout, so the job
+/// restarts again, this time from that checkpoint: the first one taken after a restore,
+/// which refers to files the workers restored and did not send again. Such a checkpoint
+/// could not be restored before (each restart failed the same way, without end).
 #[test]
 fn a_snapshot_that_never_ends_on_a_worker_restarts_the_cluster_job_exactly() {
     let s = Scenario::new(30_000, 40, 82);
@@ -67,11 +68,14 @@ fn a_snapshot_that_never_ends_on_a_worker_restarts_the_cluster_job_exactly() {
     let coordinator = cl.coordinator_env(
         &[
             "--checkpoint-timeout-ms",
-            "3000",
+            "5000",
             "--cancellation-timeout-ms",
             "3000",
         ],
-        &[],
+        &[(
+            "WEIR_FAILPOINTS",
+            std::ffi::OsStr::new("checkpoint.before_metadata=2*sleep:7000"),
+        )],
     );
     let coord_log = coordinator.1.clone();
     let mut procs = Processes(vec![coordinator]);
@@ -92,15 +96,16 @@ fn a_snapshot_that_never_ends_on_a_worker_restarts_the_cluster_job_exactly() {
     }
     let log = read(&coord_log);
     // A worker acknowledges once its files are read: the acknowledgement never comes.
-    let timed_out = "checkpoint 2 timed out: not every task acknowledged it within 3s";
-    assert!(
-        log.contains(timed_out),
-        "no {timed_out:?} in the log:\n{log}"
-    );
-    assert!(
-        log.contains("restarting from the last complete checkpoint"),
-        "no restart:\n{log}"
-    );
+    for timed_out in [
+        "checkpoint 2 timed out: not every task acknowledged it within 5s",
+        "timed out: every task acknowledged it, but its files were not written within 5s",
+        "resuming from checkpoint 2",
+    ] {
+        assert!(
+            log.contains(timed_out),
+            "no {timed_out:?} in the log:\n{log}"
+        );
+    }
     let worker_log = read(&stuck_log);
     assert!(
         worker_log.contains("did not stop within 3s of being cancelled"),
