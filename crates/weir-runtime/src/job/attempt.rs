@@ -59,10 +59,10 @@ pub(super) fn run_attempt(
     let mut first_error: Option<Error> = None;
     let mut secondary: Option<Error> = None;
     let mut remaining = running.len();
-    // Tasks that reported their end; when the job was cancelled, and whether the tasks
-    // still running after the cancellation timeout were left behind.
+    // Tasks that reported their end; when the tasks still running after a cancellation
+    // are given up on, and whether they were left behind.
     let mut ended = vec![false; running.len()];
-    let mut cancelled_at: Option<Instant> = None;
+    let mut give_up_at: Option<Instant> = None;
     let mut abandoned = false;
     let mut sources_left: usize = running.iter().filter(|t| t.is_source).count();
     let mut completed: Option<CheckpointId> = None;
@@ -107,7 +107,7 @@ pub(super) fn run_attempt(
         if let Some(d) = coordinator.as_ref().and_then(|c| c.next_deadline()) {
             wake = wake.min(d);
         }
-        if let Some(d) = cancelled_at.and_then(|at| cancellation_deadline(job, at)) {
+        if let Some(d) = give_up_at {
             wake = wake.min(d);
         }
         let mut actions = Vec::new();
@@ -236,10 +236,10 @@ pub(super) fn run_attempt(
         }
         if cancel.load(Ordering::SeqCst) && !cancel_sent {
             cancel_sent = true;
-            cancelled_at = Some(Instant::now());
+            give_up_at = cancellation_deadline(job, Instant::now());
             on_cancel();
         }
-        if let Some(d) = cancelled_at.and_then(|at| cancellation_deadline(job, at))
+        if let Some(d) = give_up_at
             && Instant::now() >= d
         {
             leave_stuck_tasks(name, job, &running, &ended);
