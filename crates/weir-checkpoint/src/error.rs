@@ -147,6 +147,17 @@ pub enum Error {
         problem: FileProblem,
     },
 
+    /// The checkpoint's files verify, but restoring its state from them failed in a way
+    /// that restoring it again would repeat (RocksDB finds them corrupt, or a file the
+    /// state needs is not among them).
+    #[error("checkpoint {} cannot be restored: {problem}", checkpoint.display())]
+    DoesNotRestore {
+        /// The checkpoint directory.
+        checkpoint: PathBuf,
+        /// How the restore failed.
+        problem: String,
+    },
+
     /// A state file or savepoint name is not usable as a plain file name.
     #[error("invalid name {name:?}: {reason}")]
     InvalidName {
@@ -262,6 +273,7 @@ impl Error {
                 | Error::UnsupportedFormat { .. }
                 | Error::InvalidManifest { .. }
                 | Error::Corrupt { .. }
+                | Error::DoesNotRestore { .. }
         )
     }
 }

@@ -235,6 +235,11 @@ pub struct RestoredInstance {
     /// it), `name` the name in checkpoint storage. A backend that keeps a file as it is
     /// names it the same in its next checkpoint, so that the file is not stored again.
     pub files: Vec<LocalFile>,
+    /// The files are the copy the old process kept (local recovery), not ones fetched
+    /// from checkpoint storage: if they do not restore, the copy may be what is damaged,
+    /// so the failure is not [`Error::Unrestorable`](crate::Error::Unrestorable) and the
+    /// next attempt fetches them.
+    pub local_copy: bool,
 }
 
 /// Checkpoint hooks of an operator. Called on the subtask's thread, between records.

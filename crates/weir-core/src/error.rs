@@ -88,6 +88,13 @@ pub enum Error {
     /// The job was cancelled before it finished.
     #[error("job cancelled")]
     Cancelled,
+    /// The state in the checkpoint being restored cannot be restored from files fetched
+    /// from checkpoint storage, though they verified: RocksDB does not open them, or a file
+    /// the state needs is not among them. Restoring the same checkpoint again would fail
+    /// the same way; the job falls back to an older checkpoint (docs/checkpoints.md,
+    /// section 4). The message says what failed.
+    #[error("{0}")]
+    Unrestorable(String),
     /// A failure reported by another process of a cluster (a worker's task, or the loss
     /// of a worker), with its message and classification kept.
     #[error("{message}")]
@@ -153,6 +160,26 @@ impl Error {
             Error::Operator { cause, .. } => cause.is_deterministic(),
             Error::Config(_) | Error::Malformed(_) => true,
             Error::Remote { deterministic, .. } => *deterministic,
+            _ => false,
+        }
+    }
+
+    /// True when the state of the checkpoint being restored cannot be restored
+    /// ([`Error::Unrestorable`]), also when a task of another process of a cluster reported
+    /// it, or an operator reported it with its location.
+    ///
+    /// ```
+    /// use weir_core::error::{Error, Location};
+    /// let e = Error::Unrestorable("RocksDB open: Corruption: bad table magic number".into());
+    /// let at = e.at(|| Location { operator: "sum".into(), subtask: 0, parallelism: 1 });
+    /// assert!(at.is_unrestorable());
+    /// assert!(!at.is_deterministic());
+    /// assert!(!Error::User("disk full".into()).is_unrestorable());
+    /// ```
+    pub fn is_unrestorable(&self) -> bool {
+        match self {
+            Error::Operator { cause, .. } => cause.is_unrestorable(),
+            Error::Unrestorable(_) => true,
             _ => false,
         }
     }

@@ -329,12 +329,15 @@ fn stored_entry(f: &StoredFile) -> weir_checkpoint::FileEntry {
 ///
 /// With `unread`, the latest checkpoint's files are checked for their sizes only (their
 /// checksums are then the caller's to verify while the job runs); an explicit path is
-/// always verified in full.
+/// always verified in full. The checkpoints in `refused` (directory → how restoring it
+/// failed) are skipped like corrupt ones: their files verified, but their state did not
+/// restore.
 pub(crate) fn find_restore(
     storage: &CheckpointStorage,
     explicit: Option<&Path>,
     start_fresh_if_unusable: bool,
     unread: bool,
+    refused: &BTreeMap<PathBuf, String>,
 ) -> Result<Option<(Manifest, PathBuf)>> {
     if let Some(p) = explicit {
         let m = storage.load(p).map_err(storage_err)?;
@@ -345,17 +348,25 @@ pub(crate) fn find_restore(
         };
         return Ok(Some((m, dir.to_path_buf())));
     }
-    let latest = if unread {
-        storage.latest_complete_unread()
-    } else {
-        storage.latest_complete()
-    };
-    let latest = latest.map_err(storage_err)?;
+    let latest = storage
+        .latest_complete_by(|path| match refused.get(path) {
+            Some(problem) => Err(weir_checkpoint::Error::DoesNotRestore {
+                checkpoint: path.to_path_buf(),
+                problem: problem.clone(),
+            }),
+            None if unread => storage.load_unread(path),
+            None => storage.load(path),
+        })
+        .map_err(storage_err)?;
     for s in &latest.skipped {
+        let what = match s.error {
+            weir_checkpoint::Error::DoesNotRestore { .. } => "",
+            _ => "corrupt ",
+        };
         tracing::warn!(
             path = %s.path.display(),
             error = %s.error,
-            "skipping corrupt checkpoint {}: {}",
+            "skipping {what}checkpoint {}: {}",
             s.path.display(),
             s.error
         );
@@ -373,11 +384,13 @@ pub(crate) fn find_restore(
             None => "no checkpoint that can be restored".to_string(),
         };
         return Err(Error::Config(format!(
-            "the job last stopped with savepoint {} ({}), and its sinks committed output up to it,              but checkpoint directory {} now holds {instead}{}: restoring an older point would              write that output again. Resume from that savepoint or a copy of it (restore_from,              file_sum --from-savepoint PATH)",
+            "the job last stopped with savepoint {} ({}), and its sinks committed output up to it, but checkpoint directory {} now holds {instead}{}: restoring an older point would write that output again. Resume from that savepoint or a copy of it (restore_from, file_sum --from-savepoint PATH)",
             stop.checkpoint_id,
             stop.path.display(),
             storage.dir().display(),
-            if stop.path.join("_metadata").exists() {
+            if refused.contains_key(&stop.path) {
+                " (the savepoint's state cannot be restored)"
+            } else if stop.path.join("_metadata").exists() {
                 " (the savepoint does not verify)"
             } else {
                 ""
@@ -392,7 +405,7 @@ pub(crate) fn find_restore(
             .collect();
         if !start_fresh_if_unusable {
             return Err(Error::Config(format!(
-                "checkpoint directory {} holds {} complete checkpoint(s), and none can be restored:\n{}\n                 Starting from scratch would process the input again and duplicate what the sinks                  already committed. Restore a savepoint explicitly (restore_from), or, to start from                  scratch anyway, set CheckpointConfig::start_fresh_if_unusable (file_sum                  --start-fresh-if-unusable)",
+                "checkpoint directory {} holds {} complete checkpoint(s), and none can be restored:\n{}\nStarting from scratch would process the input again and duplicate what the sinks already committed. Restore a savepoint explicitly (restore_from), or, to start from scratch anyway, set CheckpointConfig::start_fresh_if_unusable (file_sum --start-fresh-if-unusable)",
                 storage.dir().display(),
                 latest.skipped.len(),
                 each.join("\n")
@@ -400,7 +413,7 @@ pub(crate) fn find_restore(
         }
         tracing::warn!(
             dir = %storage.dir().display(),
-            "no checkpoint in {} can be restored; starting from scratch as configured              (start_fresh_if_unusable):\n{}",
+            "no checkpoint in {} can be restored; starting from scratch as configured (start_fresh_if_unusable):\n{}",
             storage.dir().display(),
             each.join("\n")
         );

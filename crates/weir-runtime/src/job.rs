@@ -291,6 +291,7 @@ pub(crate) fn run_with(
         .checkpoint
         .as_ref()
         .and_then(|c| c.restore_from.clone());
+    let mut refused = restore::Refused::default();
     // Read the checksums of the latest checkpoint before resuming from it, rather than while
     // the job runs: as configured, or after a checkpoint read that way failed to verify.
     let mut verify_first = !executor.verifies_in_background()
@@ -303,7 +304,14 @@ pub(crate) fn run_with(
         let _attempt = tracing::info_span!("attempt", attempt).entered();
         let mut resume = restore::Resume::fresh();
         if let Some(storage) = &storage {
-            let found = restore::find(name, &job, storage, explicit.as_deref(), verify_first);
+            let found = restore::find(
+                name,
+                &job,
+                storage,
+                explicit.as_deref(),
+                verify_first,
+                &refused,
+            );
             resume = match (found, job.cfg.checkpoint.as_ref(), restarts.as_mut()) {
                 // A restart that cannot read its checkpoints (object storage restarting
                 // after the very failure that stopped the attempt) waits and tries again,
@@ -350,6 +358,17 @@ pub(crate) fn run_with(
                 "job '{name}': restoring again from the newest checkpoint whose files all verify"
             );
             verify_first = true;
+            continue;
+        }
+        // A checkpoint whose state does not restore would fail every restart the same way:
+        // fall back to the one before it (not a failure of the job either).
+        let failure = match &outcome {
+            Err(e) => Some(e),
+            Ok(a) => a.result.as_ref().err(),
+        };
+        if !job.cancel.load(Ordering::SeqCst)
+            && refused.after(name, restore.as_ref(), explicit.is_some(), failure)?
+        {
             continue;
         }
         let outcome = outcome?;

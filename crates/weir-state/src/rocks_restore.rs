@@ -22,7 +22,7 @@ use crate::rocks::{err, io};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
-use weir_core::checkpoint::{LocalFile, RestoredInstance};
+use weir_core::checkpoint::RestoredInstance;
 use weir_core::state::KeyEncoding;
 use weir_core::{Error, Result};
 
@@ -89,10 +89,44 @@ fn descriptors(opts: &rocksdb::Options, names: &[String]) -> Vec<rocksdb::Column
 
 /// Opens the database at `dir` with every column family it has (a new one: `default`),
 /// all with the instance's options.
-fn open_db(opts: &rocksdb::Options, dir: &Path) -> Result<rocksdb::DB> {
+fn open_db(
+    opts: &rocksdb::Options,
+    dir: &Path,
+) -> std::result::Result<rocksdb::DB, rocksdb::Error> {
     let cfs = rocksdb::DB::list_cf(opts, dir).unwrap_or_else(|_| vec!["default".to_string()]);
     rocksdb::DB::open_cf_descriptors(opts, dir, descriptors(opts, &cfs))
-        .map_err(|e| err("open", dir, e))
+}
+
+/// The failure of RocksDB's `what` on the restored files of `from` (at `path`).
+///
+/// When RocksDB finds the files corrupt, incomplete or unfit (a bad block or table, a file
+/// its manifest names that is not there, options it cannot open them with), the
+/// checkpoint's state cannot be restored: [`Error::Unrestorable`], on which the job falls
+/// back to an older checkpoint instead of restoring this one again and again. Unless the
+/// files are the local copy of local recovery, which may be what is damaged: then, as for
+/// an operating-system failure (a full disk), the next attempt tries again, and fetches
+/// the files from checkpoint storage.
+fn restore_failed(from: &RestoredInstance, what: &str, path: &Path, e: rocksdb::Error) -> Error {
+    use rocksdb::ErrorKind as K;
+    let the_files = matches!(
+        e.kind(),
+        K::Corruption | K::NotFound | K::InvalidArgument | K::NotSupported
+    ) || (e.kind() == K::IOError
+        && e.as_ref().contains("No such file or directory"));
+    let message = format!(
+        "restoring RocksDB state of key groups {:?} from the checkpoint's files failed: \
+         RocksDB {what} {}: {e}",
+        from.key_groups,
+        path.display()
+    );
+    match (the_files, from.local_copy) {
+        (true, false) => Error::Unrestorable(message),
+        (true, true) => Error::User(format!(
+            "{message} (these files are the local copy kept for local recovery; the next \
+             attempt fetches them from checkpoint storage)"
+        )),
+        (false, _) => Error::User(message),
+    }
 }
 
 /// Makes the instance at `dir` (under the instance's `root`) for key groups `range` out of
@@ -115,7 +149,8 @@ pub(crate) fn restore(
         (std::cmp::Reverse(o.end - o.start), i.key_groups.start)
     });
     let Some((base, others)) = overlapping.split_first() else {
-        return Ok((open_db(opts, dir)?, Restored::default()));
+        let db = open_db(opts, dir).map_err(|e| err("open", dir, e))?;
+        return Ok((db, Restored::default()));
     };
     let key_encoding = key_encoding_of(base)?;
     for other in others {
@@ -135,9 +170,9 @@ pub(crate) fn restore(
         }
     }
     let started = std::time::Instant::now();
-    let mut restored = place(&base.files, dir)?;
+    let mut restored = place(base, dir)?;
     restored.key_encoding = key_encoding;
-    let mut db = open_db(opts, dir).map_err(|e| restore_error(base, e))?;
+    let mut db = open_db(opts, dir).map_err(|e| restore_failed(base, "open", dir, e))?;
     restored.compact = clip(&db, dir, &base.key_groups, &range)?;
     for (i, other) in others.iter().enumerate() {
         let groups = overlap(&other.key_groups, &range);
@@ -155,18 +190,12 @@ pub(crate) fn restore(
     Ok((db, restored))
 }
 
-fn restore_error(from: &RestoredInstance, e: Error) -> Error {
-    Error::User(format!(
-        "restoring RocksDB state of key groups {:?} from the checkpoint's files failed: {e}",
-        from.key_groups
-    ))
-}
-
-/// Links (or copies) `files` into the new directory `dir` under their local names.
-fn place(files: &[LocalFile], dir: &Path) -> Result<Restored> {
+/// Links (or copies) the files of `from` into the new directory `dir` under their local
+/// names.
+fn place(from: &RestoredInstance, dir: &Path) -> Result<Restored> {
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let mut restored = HashMap::new();
-    for f in files {
+    for f in &from.files {
         let local = f.path.file_name().ok_or_else(|| {
             Error::Config(format!(
                 "checkpoint file {} has no file name ({})",
@@ -178,11 +207,18 @@ fn place(files: &[LocalFile], dir: &Path) -> Result<Restored> {
         let size = match std::fs::metadata(&f.path) {
             Ok(m) => m.len(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::User(format!(
-                    "restoring RocksDB state: file {} of the checkpoint (stored as {}) is missing",
+                let message = format!(
+                    "restoring RocksDB state of key groups {:?}: file {} of the checkpoint \
+                     (stored as {}) is missing",
+                    from.key_groups,
                     f.path.display(),
                     f.name
-                )));
+                );
+                return Err(if from.local_copy {
+                    Error::User(message)
+                } else {
+                    Error::Unrestorable(message)
+                });
             }
             Err(e) => return Err(Error::io(f.path.display(), e)),
         };
@@ -305,15 +341,16 @@ fn ingest(
 ) -> Result<u64> {
     let scratch = root.join(format!("restore-{i}"));
     let result = (|| {
-        place(&other.files, &scratch)?;
-        let cfs = rocksdb::DB::list_cf(opts, &scratch).map_err(|e| err("open", &scratch, e))?;
+        place(other, &scratch)?;
+        let failed = |what, e| restore_failed(other, what, &scratch, e);
+        let cfs = rocksdb::DB::list_cf(opts, &scratch).map_err(|e| failed("open", e))?;
         let src = rocksdb::DB::open_cf_descriptors_read_only(
             opts,
             &scratch,
             descriptors(opts, &cfs),
             false,
         )
-        .map_err(|e| restore_error(other, err("open", &scratch, e)))?;
+        .map_err(|e| failed("open", e))?;
         let mut n = 0;
         for name in &cfs {
             if db.cf_handle(name).is_none() {
@@ -324,7 +361,7 @@ fn ingest(
                 .cf_handle(name)
                 .ok_or_else(|| Error::Config(format!("internal: column family {name} not open")))?;
             let path = root.join(format!("restore-{i}-{name}.sst"));
-            let written = write_sst(&src, cf, &groups, &path, partitioned)?;
+            let written = write_sst((&src, other), cf, &groups, &path, partitioned)?;
             if written > 0 {
                 let mut ingest = rocksdb::IngestExternalFileOptions::default();
                 ingest.set_move_files(true);
@@ -341,10 +378,11 @@ fn ingest(
     result
 }
 
-/// Writes the entries of key groups `groups` of column family `cf` of `src` to the SST file
+/// Writes the entries of key groups `groups` of column family `cf` of `src` (restored from
+/// `from`) to the SST file
 /// `path`; the number written (none: no file).
 fn write_sst(
-    src: &rocksdb::DB,
+    (src, from): (&rocksdb::DB, &RestoredInstance),
     cf: &rocksdb::ColumnFamily,
     groups: &Range<u32>,
     path: &Path,
@@ -366,7 +404,7 @@ fn write_sst(
     let mut writer = rocksdb::SstFileWriter::create(&opts);
     let mut n = 0u64;
     for item in iter {
-        let (k, v) = item.map_err(|e| err("read for restore", path, e))?;
+        let (k, v) = item.map_err(|e| restore_failed(from, "read", src.path(), e))?;
         if n == 0 {
             writer
                 .open(path)

@@ -411,7 +411,7 @@ impl CheckpointStorage {
     /// operating-system error (e.g. permission denied) is returned instead of skipping,
     /// since it does not prove the checkpoint bad.
     pub fn latest_complete(&self) -> Result<LatestComplete> {
-        self.latest_complete_with(|path| self.load(path))
+        self.latest_complete_by(|path| self.load(path))
     }
 
     /// Like [`latest_complete`](Self::latest_complete), checking each candidate with
@@ -448,7 +448,7 @@ impl CheckpointStorage {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn latest_complete_unread(&self) -> Result<LatestComplete> {
-        self.latest_complete_with(|path| self.load_unread(path))
+        self.latest_complete_by(|path| self.load_unread(path))
     }
 
     /// Checks the checksum of every file of the checkpoint at `path` (any form
@@ -471,7 +471,32 @@ impl CheckpointStorage {
         verify::checksums(&dir, &manifest, stop)
     }
 
-    fn latest_complete_with(
+    /// Like [`latest_complete`](Self::latest_complete), checking each candidate with
+    /// `load` (for instance [`load_unread`](Self::load_unread), or one that refuses a
+    /// checkpoint whose restore already failed with [`Error::DoesNotRestore`]). A candidate
+    /// `load` refuses with an error for which [`Error::is_unusable_checkpoint`] holds is
+    /// skipped; any other error is returned.
+    ///
+    /// ```
+    /// use weir_checkpoint::{CheckpointKind, CheckpointStorage, Error, Manifest};
+    /// let tmp = tempfile::tempdir()?;
+    /// let storage = CheckpointStorage::open(tmp.path().join("checkpoints"))?;
+    /// for _ in 0..2 {
+    ///     let id = storage.next_id()?;
+    ///     storage.begin(id, CheckpointKind::Checkpoint)?.finish(Manifest::new("job", id, CheckpointKind::Checkpoint, 128))?;
+    /// }
+    /// let newest = storage.latest_complete()?.checkpoint.expect("a checkpoint").path;
+    /// let found = storage.latest_complete_by(|path| {
+    ///     if path == newest {
+    ///         return Err(Error::DoesNotRestore { checkpoint: path.into(), problem: "RocksDB: Corruption".into() });
+    ///     }
+    ///     storage.load(path)
+    /// })?;
+    /// assert_eq!(found.checkpoint.expect("the older one").manifest.checkpoint_id.0, 1);
+    /// assert!(found.skipped[0].error.to_string().ends_with("cannot be restored: RocksDB: Corruption"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn latest_complete_by(
         &self,
         load: impl Fn(&Path) -> Result<Manifest>,
     ) -> Result<LatestComplete> {

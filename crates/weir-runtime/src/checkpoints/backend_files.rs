@@ -94,6 +94,7 @@ pub(crate) fn fetch(
         } else {
             None
         };
+        let local_copy = moved.is_some();
         let files = match moved {
             Some(files) => {
                 figures.local += 1;
@@ -121,6 +122,7 @@ pub(crate) fn fetch(
             RestoredInstance {
                 key_groups: inst.key_groups,
                 files,
+                local_copy,
             },
         ));
     }

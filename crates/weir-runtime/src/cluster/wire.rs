@@ -23,8 +23,9 @@ use weir_core::checkpoint::OperatorSnapshot;
 /// instead of their contents. 6: a data link's credit counts records (under the receiving
 /// channel's in-flight budget), not messages; unaligned barriers cross a link ahead of its
 /// data (a priority frame); workers exchange their aligned sources' watermarks with the
-/// coordinator in the heartbeat.
-pub(crate) const PROTOCOL: u32 = 6;
+/// coordinator in the heartbeat. 7: a task's failure says whether the checkpoint's state
+/// cannot be restored (the coordinator then falls back to an older checkpoint).
+pub(crate) const PROTOCOL: u32 = 7;
 
 /// Largest frame accepted (a checkpoint acknowledgement carries the state files).
 pub(crate) const MAX_FRAME: usize = 1 << 30;
@@ -187,6 +188,8 @@ pub(crate) struct WireError {
     pub message: String,
     pub deterministic: bool,
     pub secondary: bool,
+    /// The checkpoint's state cannot be restored ([`weir_core::Error::is_unrestorable`]).
+    pub unrestorable: bool,
 }
 
 impl WireError {
@@ -195,10 +198,15 @@ impl WireError {
             message: e.to_string(),
             deterministic: e.is_deterministic(),
             secondary: e.is_secondary(),
+            unrestorable: e.is_unrestorable(),
         }
     }
 
     pub(crate) fn into_error(self) -> weir_core::Error {
+        if self.unrestorable {
+            // The message already names the operator and subtask that failed.
+            return weir_core::Error::Unrestorable(self.message);
+        }
         weir_core::Error::Remote {
             message: self.message,
             deterministic: self.deterministic,
@@ -290,6 +298,43 @@ pub(crate) async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, body: &[u8]) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_keeps_its_kind_across_the_network() {
+        use weir_core::error::{Error, Location};
+        let at = Location {
+            operator: "sum".into(),
+            subtask: 1,
+            parallelism: 2,
+        };
+        let unrestorable = Error::Unrestorable("RocksDB open: Corruption".into()).at(|| at.clone());
+        let config = Error::Config("no such topic".into()).at(|| at.clone());
+        for (e, unrestorable, deterministic) in [(unrestorable, true, false), (config, false, true)]
+        {
+            let body = encode(&Wire::Event {
+                attempt: 1,
+                head: 2,
+                subtask: 1,
+                event: WireEvent::Done {
+                    records: 0,
+                    error: Some(WireError::from_error(&e)),
+                },
+            });
+            let Ok(Body::Wire(Wire::Event {
+                event: WireEvent::Done {
+                    error: Some(got), ..
+                },
+                ..
+            })) = decode(&body)
+            else {
+                panic!("not a task's end");
+            };
+            let got = got.into_error();
+            assert_eq!(got.to_string(), e.to_string());
+            assert_eq!(got.is_unrestorable(), unrestorable, "{got}");
+            assert_eq!(got.is_deterministic(), deterministic, "{got}");
+        }
+    }
 
     #[tokio::test]
     async fn frames_round_trip_and_oversized_frames_are_refused() {

@@ -3,6 +3,7 @@
 //! first checkpoint id the attempt takes.
 
 use super::{JobShared, checkpoints, verify};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use weir_checkpoint::{CheckpointStorage, Manifest};
 use weir_core::ids::CheckpointId;
@@ -38,6 +39,7 @@ pub(super) fn find(
     storage: &CheckpointStorage,
     explicit: Option<&Path>,
     verify_first: bool,
+    refused: &Refused,
 ) -> Result<Resume> {
     let found = checkpoints::find_restore(
         storage,
@@ -47,6 +49,7 @@ pub(super) fn find(
             .as_ref()
             .is_some_and(|c| c.start_fresh_if_unusable),
         !verify_first,
+        &refused.0,
     )?;
     let mut resume = Resume::fresh();
     if let Some((manifest, path)) = found {
@@ -91,6 +94,56 @@ pub(super) fn find(
             .max(CheckpointId(manifest.checkpoint_id.0.saturating_add(1)));
     }
     Ok(resume)
+}
+
+/// The checkpoints of this run whose state did not restore (directory → how it failed):
+/// the next attempts skip them (docs/checkpoints.md, section 4).
+#[derive(Default)]
+pub(super) struct Refused(BTreeMap<PathBuf, String>);
+
+impl Refused {
+    /// After an attempt of job `name` that restored `restored` (from the explicit restore
+    /// path when `explicit`) ended, with `failure` if it failed: `Ok(true)` when it failed
+    /// because that checkpoint's state cannot be restored ([`Error::is_unrestorable`]),
+    /// which is then skipped, so that the job falls back to the checkpoint before it;
+    /// `Ok(false)` otherwise. An explicit restore path that does not restore fails the
+    /// job, since the user chose it.
+    pub(super) fn after(
+        &mut self,
+        name: &str,
+        restored: Option<&(Manifest, PathBuf)>,
+        explicit: bool,
+        failure: Option<&Error>,
+    ) -> Result<bool> {
+        let Some(e) = failure.filter(|e| e.is_unrestorable()) else {
+            return Ok(false);
+        };
+        let Some((manifest, path)) = restored else {
+            return Ok(false);
+        };
+        let id = manifest.checkpoint_id;
+        if explicit {
+            tracing::error!(job = name, checkpoint = id.0, error = %e, "job '{name}' failed: {e}; not restarting, since a restart would fail the same way");
+            return Err(Error::Config(format!(
+                "{} {id} ({}) cannot be restored: {}. Restoring it again would fail the same \
+                 way: restore another savepoint or checkpoint",
+                manifest.kind,
+                path.display(),
+                e.to_string().trim_end_matches('.')
+            )));
+        }
+        tracing::warn!(
+            job = name,
+            checkpoint = id.0,
+            path = %path.display(),
+            error = %e,
+            "job '{name}': {} {id} ({}) cannot be restored: {e}; restoring the newest checkpoint before it",
+            manifest.kind,
+            path.display()
+        );
+        self.0.insert(path.clone(), e.to_string());
+        Ok(true)
+    }
 }
 
 /// The span of a restore: events about restoring `manifest` carry its id and path.

@@ -93,16 +93,25 @@ impl Builder<'_> {
         let parallelism = job.plan.parallelism[node];
         let slots = job.plan.parallelism.iter().copied().max().unwrap_or(1);
         let subtask = self.subtask;
+        // A failure to restore the state names the operator and subtask, as a task's do.
         let make_backend = || {
-            backend.create(BackendParams {
-                label: &label,
-                max_parallelism: max,
-                subtask,
-                parallelism,
-                slots,
-                restore: keyed.clone(),
-                restore_from: &restore_from,
-            })
+            backend
+                .create(BackendParams {
+                    label: &label,
+                    max_parallelism: max,
+                    subtask,
+                    parallelism,
+                    slots,
+                    restore: keyed.clone(),
+                    restore_from: &restore_from,
+                })
+                .map_err(|e| {
+                    e.at(|| weir_core::error::Location {
+                        operator: spec.name.clone(),
+                        subtask,
+                        parallelism,
+                    })
+                })
         };
         let operator_id = spec.operator_id();
         let source_figures = self

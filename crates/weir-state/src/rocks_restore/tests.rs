@@ -63,7 +63,11 @@ pub(crate) fn keep(
             }
         })
         .collect();
-    RestoredInstance { key_groups, files }
+    RestoredInstance {
+        key_groups,
+        files,
+        local_copy: false,
+    }
 }
 
 /// Runs `parallelism` old subtasks, each holding value `10 k` and map entry `(1, k)` for
@@ -214,12 +218,58 @@ fn a_missing_checkpoint_file_is_a_clear_error() {
         .clone();
     std::fs::remove_file(&sst.path).unwrap();
     let cfg = config(&tmp.path().join("new"));
-    let e = open(&cfg, 0, 1, &old).err().expect("fails").to_string();
+    let e = open(&cfg, 0, 1, &old).err().expect("fails");
+    assert!(e.is_unrestorable(), "{e}");
+    let e = e.to_string();
     assert!(
         e.contains(&sst.path.display().to_string()) && e.contains("is missing"),
         "{e}"
     );
     assert!(e.contains(&sst.name), "{e}");
+}
+
+/// Cuts an SST file of `old` to half its length.
+fn truncate_an_sst(old: &RestoredInstance) -> String {
+    let sst = old.files.iter().find(|f| f.shared).expect("an SST file");
+    let len = std::fs::metadata(&sst.path).unwrap().len();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&sst.path)
+        .unwrap();
+    f.set_len(len / 2).unwrap();
+    sst.path.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+#[test]
+fn files_that_do_not_open_condemn_the_checkpoint_unless_they_are_the_local_copy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(&tmp.path().join("new"));
+    // Fetched from checkpoint storage: restoring them again would fail the same way.
+    let mut old = old_instances(tmp.path(), 1);
+    truncate_an_sst(&old[0]);
+    let e = open(&cfg, 0, 1, &old).err().expect("fails");
+    assert!(e.is_unrestorable(), "{e}");
+    assert!(e.to_string().contains("RocksDB open"), "{e}");
+    // The copy local recovery kept: the copy may be what is damaged.
+    old[0].local_copy = true;
+    let e = open(&cfg, 0, 1, &old).err().expect("fails");
+    assert!(!e.is_unrestorable() && !e.is_deterministic(), "{e}");
+    assert!(
+        e.to_string()
+            .contains("the next attempt fetches them from checkpoint storage"),
+        "{e}"
+    );
+    // A rescale that reads another old instance's damaged files.
+    let old = old_instances(&tmp.path().join("two"), 2);
+    truncate_an_sst(&old[1]);
+    let e = open(&cfg, 0, 1, &old).err().expect("fails");
+    assert!(e.is_unrestorable(), "{e}");
+    let left: Vec<_> = std::fs::read_dir(&cfg.local_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 #[test]

@@ -94,6 +94,7 @@ pub fn checkpoint<H: Harness>(h: &H, ctx: &StateContext<u64>, id: u64) -> Snap {
         RestoredInstance {
             key_groups: 0..MAX_PARALLELISM as u32,
             files,
+            local_copy: false,
         }
     });
     Snap {
