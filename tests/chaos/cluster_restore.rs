@@ -33,7 +33,11 @@ fn worker_dirs(s: &Scenario, n: usize) -> Vec<PathBuf> {
 }
 
 /// Starts a worker in each of `dirs`, each once the one before has joined.
-fn join_workers(cl: &mut Cluster<'_>, coord_log: &Path, dirs: &[PathBuf]) -> Vec<(Child, PathBuf)> {
+pub(super) fn join_workers(
+    cl: &mut Cluster<'_>,
+    coord_log: &Path,
+    dirs: &[PathBuf],
+) -> Vec<(Child, PathBuf)> {
     let mut workers = Vec::new();
     for (i, dir) in dirs.iter().enumerate() {
         workers.push(worker_in(cl, dir));

@@ -33,4 +33,5 @@ mod stuck;
 mod tables;
 mod time_joins;
 mod unaligned;
+mod unrestorable;
 mod upgrade;
