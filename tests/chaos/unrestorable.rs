@@ -170,7 +170,12 @@ fn a_checkpoint_whose_state_does_not_restore_is_not_restored_again() {
     // Restoring that checkpoint explicitly fails at once, naming it.
     let (status, log) = resume(&s, tmp.path(), &["--from-savepoint", path]);
     assert!(!status.success(), "{log}");
-    let error = log.lines().last().unwrap_or_default();
+    // The error the run ends with (a backtrace may follow it).
+    let error = log
+        .lines()
+        .skip(line_of(&log, "Caused by:") + 1)
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or_else(|| panic!("no error after \"Caused by:\":\n{log}"));
     for says in [
         format!("checkpoint {newest} ({path}) cannot be restored"),
         "RocksDB open".to_string(),
