@@ -146,6 +146,24 @@ impl Scenario {
         );
     }
 
+    /// Moves the committed output of checkpoints from `from` on out of the output directory,
+    /// as an operator who accepts that it is produced again does (next to the checkpoint
+    /// directory, in `moved`).
+    pub fn move_output_from(&self, from: u64) {
+        let moved = self.checkpoints.with_file_name("moved");
+        std::fs::create_dir_all(&moved).expect("a place for moved output");
+        for e in std::fs::read_dir(&self.output).expect("output").flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let of = name
+                .strip_prefix("part-")
+                .and_then(|n| n.split_once('-'))
+                .and_then(|(_, id)| id.parse::<u64>().ok());
+            if of.is_some_and(|id| id >= from) {
+                std::fs::rename(e.path(), moved.join(&name)).expect("move output");
+            }
+        }
+    }
+
     /// Checks the committed output against the input: exactly the prefix sums per key,
     /// each once, and no uncommitted file left behind (the records of who owned the
     /// directory, `.weir-owner-…`, stay).
@@ -441,4 +459,11 @@ pub fn committed_lines(dir: &Path, complete: bool) -> Vec<String> {
     }
     lines.sort_unstable();
     lines
+}
+
+/// The position of the first line of `log` containing `what`.
+pub fn line_of(log: &str, what: &str) -> usize {
+    log.lines()
+        .position(|l| l.contains(what))
+        .unwrap_or_else(|| panic!("no line says {what:?}:\n{log}"))
 }

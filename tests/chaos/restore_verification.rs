@@ -3,8 +3,8 @@
 //! nothing is committed until they verify, and a checkpoint that turns out corrupt is left
 //! for the newest one that verifies, with the sums still exact.
 
-use crate::harness::{Scenario, latest_checkpoint, wait_for};
-use std::path::{Path, PathBuf};
+use crate::harness::{Scenario, latest_checkpoint, line_of, wait_for};
+use std::path::PathBuf;
 use std::time::Duration;
 use weir_checkpoint::Manifest;
 
@@ -59,29 +59,6 @@ fn file_only_in(s: &Scenario, id: u64) -> PathBuf {
     s.checkpoints.join("shared").join(&f.name)
 }
 
-/// Committed output files of checkpoints from `from` on.
-fn output_from(output: &Path, from: u64) -> Vec<PathBuf> {
-    std::fs::read_dir(output)
-        .expect("output")
-        .flatten()
-        .filter(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.strip_prefix("part-")
-                .and_then(|n| n.split_once('-'))
-                .and_then(|(_, id)| id.parse::<u64>().ok())
-                .is_some_and(|id| id >= from)
-        })
-        .map(|e| e.path())
-        .collect()
-}
-
-/// The position of the first line of `log` containing `what`.
-fn line_of(log: &str, what: &str) -> usize {
-    log.lines()
-        .position(|l| l.contains(what))
-        .unwrap_or_else(|| panic!("no line says {what:?}:\n{log}"))
-}
-
 #[test]
 fn a_resumed_job_commits_nothing_before_its_checkpoint_verifies() {
     let s = rocksdb_scenario(301);
@@ -121,11 +98,7 @@ fn a_resumed_checkpoint_that_does_not_verify_is_left_for_the_previous_one() {
     bytes[middle] ^= 0x5a;
     std::fs::write(&damaged, bytes).expect("damage the file");
     // The operator accepts that the newest checkpoint's output is produced again.
-    let moved = s.checkpoints.with_file_name("moved");
-    std::fs::create_dir_all(&moved).expect("a place for moved output");
-    for f in output_from(&s.output, newest) {
-        std::fs::rename(&f, moved.join(f.file_name().expect("name"))).expect("move output");
-    }
+    s.move_output_from(newest);
     let out = s
         .command(1, Some(10_000), 20)
         .env("WEIR_FAILPOINTS", "restore.verify=sleep:1500")

@@ -7,7 +7,7 @@
 //! of a sound checkpoint is fetched again from checkpoint storage instead of costing the
 //! checkpoint.
 
-use crate::harness::{Scenario, latest_checkpoint, wait_for};
+use crate::harness::{Scenario, latest_checkpoint, line_of, wait_for};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -57,22 +57,6 @@ fn killed_after(s: &Scenario, tmp: &Path, checkpoints: u64) -> u64 {
     child.kill().expect("SIGKILL file_sum");
     child.wait().expect("reap file_sum");
     latest_checkpoint(&s.checkpoints).expect("a checkpoint")
-}
-
-/// Committed output files of checkpoints from `from` on.
-fn output_from(output: &Path, from: u64) -> Vec<PathBuf> {
-    std::fs::read_dir(output)
-        .expect("output")
-        .flatten()
-        .filter(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.strip_prefix("part-")
-                .and_then(|n| n.split_once('-'))
-                .and_then(|(_, id)| id.parse::<u64>().ok())
-                .is_some_and(|id| id >= from)
-        })
-        .map(|e| e.path())
-        .collect()
 }
 
 /// Runs file_sum again with `args` and `tmp` as its working directory; its exit status and
@@ -149,13 +133,6 @@ fn write_wrong(s: &Scenario, id: u64) {
     seal(&manifest, &dir);
 }
 
-/// The position of the first line of `log` containing `what`.
-fn line_of(log: &str, what: &str) -> usize {
-    log.lines()
-        .position(|l| l.contains(what))
-        .unwrap_or_else(|| panic!("no line says {what:?}:\n{log}"))
-}
-
 #[test]
 fn a_checkpoint_whose_state_does_not_restore_is_not_restored_again() {
     let s = scenario(311);
@@ -217,11 +194,7 @@ fn a_checkpoint_whose_state_does_not_restore_is_not_restored_again() {
     // The operator accepts that the newest checkpoint's output is produced again, moves it
     // away and resumes from the checkpoint before (a new run would try the newest first
     // again): every sum is there exactly once.
-    let moved = s.checkpoints.with_file_name("moved");
-    std::fs::create_dir_all(&moved).expect("a place for moved output");
-    for f in output_from(&s.output, newest) {
-        std::fs::rename(&f, moved.join(f.file_name().expect("name"))).expect("move output");
-    }
+    s.move_output_from(newest);
     let before = chk(&s, newest - 1);
     let before = before.to_str().expect("path");
     let (status, log) = resume(&s, tmp.path(), &["--from-savepoint", before]);
@@ -356,11 +329,7 @@ fn a_cluster_does_not_restore_again_a_checkpoint_whose_state_does_not_restore() 
 
     // With that output moved away, the cluster resumes from the checkpoint before and
     // every sum is there exactly once.
-    let moved = s.checkpoints.with_file_name("moved");
-    std::fs::create_dir_all(&moved).expect("a place for moved output");
-    for f in output_from(&s.output, newest) {
-        std::fs::rename(&f, moved.join(f.file_name().expect("name"))).expect("move output");
-    }
+    s.move_output_from(newest);
     let before = chk(&s, newest - 1);
     let mut procs = cluster(&["--from-savepoint", before.to_str().expect("path")], 5);
     for ((child, log), what) in procs

@@ -276,21 +276,9 @@ fn files_that_do_not_open_condemn_the_checkpoint_unless_they_are_the_local_copy(
 fn a_truncated_sst_file_is_a_clear_error() {
     let tmp = tempfile::tempdir().unwrap();
     let old = old_instances(tmp.path(), 1);
-    let sst = old[0]
-        .files
-        .iter()
-        .find(|f| f.shared)
-        .expect("an SST file")
-        .clone();
-    let len = std::fs::metadata(&sst.path).unwrap().len();
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&sst.path)
-        .unwrap();
-    f.set_len(len / 2).unwrap();
+    let local = truncate_an_sst(&old[0]);
     let cfg = config(&tmp.path().join("new"));
     let e = open(&cfg, 0, 1, &old).err().expect("fails").to_string();
-    let local = sst.path.file_name().unwrap().to_string_lossy().into_owned();
     assert!(
         e.contains("restoring RocksDB state of key groups 0..128") && e.contains(&local),
         "{e}"
