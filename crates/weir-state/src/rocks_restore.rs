@@ -119,13 +119,24 @@ fn restore_failed(from: &RestoredInstance, what: &str, path: &Path, e: rocksdb::
         from.key_groups,
         path.display()
     );
-    match (the_files, from.local_copy) {
-        (true, false) => Error::Unrestorable(message),
-        (true, true) => Error::User(format!(
+    if the_files {
+        files_failed(from, message)
+    } else {
+        Error::User(message)
+    }
+}
+
+/// A failure (`message`) of the restored files of `from` themselves, which restoring the
+/// same files again would repeat: [`Error::Unrestorable`], unless they are the local copy
+/// of local recovery (see [`restore_failed`]).
+fn files_failed(from: &RestoredInstance, message: String) -> Error {
+    if from.local_copy {
+        Error::User(format!(
             "{message} (these files are the local copy kept for local recovery; the next \
              attempt fetches them from checkpoint storage)"
-        )),
-        (false, _) => Error::User(message),
+        ))
+    } else {
+        Error::Unrestorable(message)
     }
 }
 
@@ -214,11 +225,7 @@ fn place(from: &RestoredInstance, dir: &Path) -> Result<Restored> {
                     f.path.display(),
                     f.name
                 );
-                return Err(if from.local_copy {
-                    Error::User(message)
-                } else {
-                    Error::Unrestorable(message)
-                });
+                return Err(files_failed(from, message));
             }
             Err(e) => return Err(Error::io(f.path.display(), e)),
         };
