@@ -133,6 +133,20 @@ fn write_wrong(s: &Scenario, id: u64) {
     seal(&manifest, &dir);
 }
 
+/// The line of `log` saying that checkpoint `id` at `path` did not open in RocksDB and that
+/// the job restores the one before it.
+fn fell_back_from(log: &str, id: u64, path: &str) -> usize {
+    let failed = line_of(log, &format!("checkpoint {id} ({path}) cannot be restored"));
+    assert!(
+        log.lines()
+            .nth(failed)
+            .is_some_and(|l| l.contains("RocksDB open")
+                && l.contains("restoring the newest checkpoint before it")),
+        "{log}"
+    );
+    failed
+}
+
 #[test]
 fn a_checkpoint_whose_state_does_not_restore_is_not_restored_again() {
     let s = scenario(311);
@@ -172,16 +186,7 @@ fn a_checkpoint_whose_state_does_not_restore_is_not_restored_again() {
     let (status, log) = resume(&s, tmp.path(), &[]);
     assert!(!status.success(), "{log}");
     let first = line_of(&log, &format!("resuming from checkpoint {newest} "));
-    let failed = line_of(
-        &log,
-        &format!("checkpoint {newest} ({path}) cannot be restored"),
-    );
-    assert!(
-        log.lines()
-            .nth(failed)
-            .is_some_and(|l| l.contains("restoring the newest checkpoint before it")),
-        "{log}"
-    );
+    let failed = fell_back_from(&log, newest, path);
     let skipped = line_of(&log, &format!("skipping checkpoint {path}"));
     let again = line_of(&log, &format!("resuming from checkpoint {} ", newest - 1));
     let refused = line_of(&log, "holds committed output newer than the checkpoint");
@@ -308,17 +313,7 @@ fn a_cluster_does_not_restore_again_a_checkpoint_whose_state_does_not_restore() 
     let status = weir_tests::wait_within(coord, Duration::from_secs(120));
     let log = read(coord_log);
     assert!(!status.success(), "{log}");
-    let failed = line_of(
-        &log,
-        &format!("checkpoint {newest} ({path}) cannot be restored"),
-    );
-    assert!(
-        log.lines()
-            .nth(failed)
-            .is_some_and(|l| l.contains("RocksDB open")
-                && l.contains("restoring the newest checkpoint before it")),
-        "{log}"
-    );
+    let failed = fell_back_from(&log, newest, path);
     let again = line_of(&log, &format!("resuming from checkpoint {} ", newest - 1));
     let refused = line_of(&log, "holds committed output newer than the checkpoint");
     assert!(failed < again && again < refused, "{log}");

@@ -228,6 +228,16 @@ fn a_missing_checkpoint_file_is_a_clear_error() {
     assert!(e.contains(&sst.name), "{e}");
 }
 
+/// A restore that failed left nothing in the backends' working directory.
+fn nothing_left_in(cfg: &RocksDbConfig) {
+    let left: Vec<_> = std::fs::read_dir(&cfg.local_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 /// Cuts an SST file of `old` to half its length.
 fn truncate_an_sst(old: &RestoredInstance) -> String {
     let sst = old.files.iter().find(|f| f.shared).expect("an SST file");
@@ -264,12 +274,7 @@ fn files_that_do_not_open_condemn_the_checkpoint_unless_they_are_the_local_copy(
     truncate_an_sst(&old[1]);
     let e = open(&cfg, 0, 1, &old).err().expect("fails");
     assert!(e.is_unrestorable(), "{e}");
-    let left: Vec<_> = std::fs::read_dir(&cfg.local_dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
+    nothing_left_in(&cfg);
 }
 
 #[test]
@@ -284,12 +289,7 @@ fn a_truncated_sst_file_is_a_clear_error() {
         "{e}"
     );
     // The failed instance left nothing behind.
-    let left: Vec<_> = std::fs::read_dir(&cfg.local_dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
+    nothing_left_in(&cfg);
 }
 
 /// The file naming the key encoding in an instance's checkpoint.
