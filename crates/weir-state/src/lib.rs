@@ -130,6 +130,9 @@ impl BackendKind {
 }
 
 /// Registers `table` under a unique `name`, loading its restored entries first.
+///
+/// Entries that do not decode fail naming the state
+/// ([`weir_core::state::state_type_changed`]): a restart cannot help.
 pub(crate) fn register_table(
     tables: &mut BTreeMap<String, Rc<dyn StateTableInfo>>,
     restore: &mut BTreeMap<String, KeyGroupBlobs>,
@@ -140,7 +143,9 @@ pub(crate) fn register_table(
         return Err(duplicate_state_name(name));
     }
     if let Some(blobs) = restore.remove(name) {
-        table.restore(&blobs)?;
+        table
+            .restore(&blobs)
+            .map_err(|e| weir_core::state::state_type_changed(name, e))?;
     }
     tables.insert(name.to_string(), table);
     Ok(())

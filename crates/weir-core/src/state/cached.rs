@@ -67,6 +67,13 @@ pub fn store_key<K: Key>(
     Ok(out)
 }
 
+/// Decodes a value of state `name` read from the store. One that does not decode fails
+/// naming the state ([`super::state_type_changed`]): the store was restored from a
+/// checkpoint that wrote the state with another type.
+pub(crate) fn decode_stored<V: Data>(name: &str, bytes: &[u8]) -> Result<V> {
+    codec::decode::<V>(bytes).map_err(|e| super::state_type_changed(name, e))
+}
+
 /// The key group of a key that is itself the stream's key.
 fn own_group<K: Key>(key: &K, max_parallelism: usize) -> u32 {
     key_group(key, max_parallelism).0
@@ -269,6 +276,10 @@ impl<K: Key, V: Data> CachedTable<K, V> {
     }
 
     /// The value of `k`.
+    ///
+    /// # Errors
+    /// [`Error::Config`](crate::Error::Config) naming the state when the stored value does
+    /// not decode as `V` (see [`decode_stored`]).
     pub(crate) fn get(&mut self, k: &K) -> Result<Option<V>> {
         self.reads += 1;
         if let Some(slot) = self.map.get_mut(k) {
@@ -276,7 +287,7 @@ impl<K: Key, V: Data> CachedTable<K, V> {
             return Ok(slot.value.clone());
         }
         let value = match self.store.get(&self.store_key(k)?)? {
-            Some(bytes) => Some(codec::decode::<V>(&bytes)?),
+            Some(bytes) => Some(decode_stored::<V>(&self.name, &bytes)?),
             None => None,
         };
         self.make_room()?;
@@ -324,7 +335,7 @@ impl<K: Key, V: Data> CachedTable<K, V> {
             return Ok(slot);
         }
         let value = match self.store.get(&self.store_key(k)?)? {
-            Some(bytes) => Some(codec::decode::<V>(&bytes)?),
+            Some(bytes) => Some(decode_stored::<V>(&self.name, &bytes)?),
             None => None,
         };
         self.make_room()?;

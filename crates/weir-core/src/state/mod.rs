@@ -578,6 +578,31 @@ impl<K: Key> StateContext<K> {
     }
 }
 
+/// Turns a failure to decode restored state `name` into the error a user can act on: a
+/// [`Error::Config`] naming the state, since the checkpoint wrote it with another type and
+/// restoring it again (or an older checkpoint of the same job) would fail the same way.
+/// Other errors pass unchanged.
+///
+/// ```
+/// use weir_core::{Error, state::state_type_changed};
+/// let e = state_type_changed("count", Error::Codec("unexpected end of input".into()));
+/// assert!(e.is_deterministic());
+/// assert!(e.to_string().contains("state 'count' does not decode as the type the job declares"));
+/// let io = state_type_changed("count", Error::User("disk full".into()));
+/// assert!(!io.is_deterministic());
+/// ```
+pub fn state_type_changed(name: &str, e: Error) -> Error {
+    match e {
+        Error::Codec(why) => Error::Config(format!(
+            "the checkpoint's state '{name}' does not decode as the type the job declares for \
+             it ({why}): it was written with another type. State keeps its type across \
+             restores: restore with the job version that wrote it, or give the state of the \
+             new type another name (the old state is then not restored)"
+        )),
+        other => other,
+    }
+}
+
 /// The error for a state name registered twice in one operator.
 pub fn duplicate_state_name(name: &str) -> Error {
     Error::Config(format!(

@@ -6,7 +6,6 @@
 //! waits for a snapshot still being written), and a loaded value is clean.
 
 use super::{CachedTable, Slot};
-use crate::codec;
 use crate::data::{Data, Key};
 use crate::error::Result;
 use std::cell::RefCell;
@@ -66,10 +65,10 @@ impl<K: Key, V: Data> CachedTable<K, V> {
         // batches its MultiGet by 32 keys anyway).
         for chunk in missing.chunks(READ_CHUNK) {
             let store_keys: Vec<&[u8]> = chunk.iter().map(|(s, _)| s.as_slice()).collect();
-            let map = &mut self.map;
+            let (map, name) = (&mut self.map, &self.name);
             self.store.multi_get(&store_keys, &mut |i, bytes| {
                 let value = match bytes {
-                    Some(bytes) => Some(codec::decode::<V>(bytes)?),
+                    Some(bytes) => Some(super::decode_stored::<V>(name, bytes)?),
                     None => None,
                 };
                 map.insert(
