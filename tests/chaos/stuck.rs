@@ -59,7 +59,8 @@ fn a_snapshot_that_never_ends_restarts_the_job_and_the_output_stays_exact() {
 /// fail point `checkpoint.before_metadata=2*sleep:7000`), past the timeout, so the job
 /// restarts again, this time from that checkpoint: the first one taken after a restore,
 /// which refers to files the workers restored and did not send again. Such a checkpoint
-/// could not be restored before (each restart failed the same way, without end).
+/// could not be restored before (each restart failed the same way, without end). Only the
+/// stuck task is left behind: the worker's other task reports its end.
 #[test]
 fn a_snapshot_that_never_ends_on_a_worker_restarts_the_cluster_job_exactly() {
     let s = Scenario::new(30_000, 40, 82);
@@ -110,6 +111,20 @@ fn a_snapshot_that_never_ends_on_a_worker_restarts_the_cluster_job_exactly() {
     assert!(
         worker_log.contains("did not stop within 3s of being cancelled"),
         "the worker did not leave its stuck task behind:\n{worker_log}"
+    );
+    // The coordinator leaves behind the one task whose snapshot hung, and no other: the
+    // worker relays each task's reports on its own, so its other task's end is not held
+    // back behind the stuck acknowledgement.
+    let left: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("did not stop within 3s of being cancelled"))
+        .collect();
+    assert_eq!(left.len(), 1, "one attempt left a task behind:\n{log}");
+    assert_eq!(
+        left[0].matches("(subtask ").count(),
+        1,
+        "the coordinator left behind more than the stuck task: {}",
+        left[0]
     );
     s.check();
 }

@@ -25,6 +25,7 @@ mod auth;
 mod coordinator;
 mod credit;
 mod data;
+mod relay;
 mod sent;
 mod staging;
 mod transport;

@@ -77,6 +77,21 @@ impl SentFiles {
     }
 }
 
+/// Waits for the files the state backends of an acknowledged snapshot are still writing
+/// in the background; or says why they failed (the snapshot is then incomplete and must
+/// not be stored).
+pub(crate) fn resolve_files(
+    snapshot: &mut std::collections::BTreeMap<String, weir_core::checkpoint::OperatorSnapshot>,
+) -> Result<(), String> {
+    for snap in snapshot.values_mut() {
+        if let Err(e) = snap.resolve_files() {
+            tracing::warn!(error = %e, "a state backend snapshot failed");
+            return Err(format!("the state backend's snapshot failed: {e}"));
+        }
+    }
+    Ok(())
+}
+
 /// The files an acknowledgement of `checkpoint` by `task` carries: every file of the
 /// snapshot except the shared ones the coordinator holds already; or why they could not
 /// be read (the coordinator then fails the checkpoint at once).
@@ -86,15 +101,8 @@ pub(crate) fn ack_files(
     task: (usize, usize),
     checkpoint: u64,
 ) -> (Vec<(String, Vec<u8>)>, Option<String>) {
-    // The backend's asynchronous part may still be writing its files.
-    for snap in snapshot.values_mut() {
-        if let Err(e) = snap.resolve_files() {
-            tracing::warn!(error = %e, "a state backend snapshot failed");
-            return (
-                Vec::new(),
-                Some(format!("the state backend's snapshot failed: {e}")),
-            );
-        }
+    if let Err(why) = resolve_files(snapshot) {
+        return (Vec::new(), Some(why));
     }
     let lock = || sent.lock().unwrap_or_else(|p| p.into_inner());
     let to_send: Vec<&weir_core::checkpoint::LocalFile> = {

@@ -6,12 +6,13 @@
 //! Does not talk to the coordinator's connection itself; `worker` hands it the messages.
 
 use super::data::{DataPlane, RemoteLink};
-use super::sent::{SentFiles, ack_files};
+use super::relay::Relay;
+use super::sent::SentFiles;
 use super::wire::{self, Deploy, Wire, WireError, WireEvent};
 use super::worker_restore::{operators_of, restore, restored_files};
 use crate::TaskStats;
 use crate::job::{Commands, Subset};
-use crate::task::{JobShared, StartGate, TaskCommand, TaskEvent};
+use crate::task::{JobShared, StartGate, TaskCommand};
 use crossbeam_channel::Sender;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -253,74 +254,16 @@ pub(super) fn start_attempt(
         }
     };
     // Relays the tasks' reports to the coordinator.
-    let events = launched.events;
-    let out = out.clone();
-    let stats = stats.clone();
-    let sent_files = sent.clone();
-    let forwarder = std::thread::Builder::new()
-        .name("weir-worker-events".into())
-        .spawn(move || {
-            for ev in events {
-                match ev {
-                    TaskEvent::Ack {
-                        task,
-                        id,
-                        mut snapshot,
-                        alignment,
-                        sync,
-                    } => {
-                        let ((h, s), _, _) = &keys[task];
-                        let (files, failed, stored) = match &task_storage {
-                            Some((storage, names)) => {
-                                store_acknowledged(storage, names, id, *s, &mut snapshot)
-                            }
-                            None => {
-                                let (files, failed) =
-                                    ack_files(&mut snapshot, &sent_files, (*h, *s), id.0);
-                                (files, failed, Vec::new())
-                            }
-                        };
-                        send_event(
-                            &out,
-                            attempt,
-                            *h,
-                            *s,
-                            WireEvent::Ack {
-                                id: id.0,
-                                snapshot,
-                                files,
-                                failed,
-                                stored,
-                                alignment_us: alignment.as_micros() as u64,
-                                sync_us: sync.as_micros() as u64,
-                            },
-                        );
-                    }
-                    TaskEvent::SourceFinished { task } => {
-                        let ((h, s), _, _) = &keys[task];
-                        send_event(&out, attempt, *h, *s, WireEvent::SourceFinished);
-                    }
-                    TaskEvent::Done { task, result } => {
-                        let ((h, s), name, is_source) = &keys[task];
-                        let (records, error) = match result {
-                            Ok(Ok(n)) => (n, None),
-                            Ok(Err(e)) => (0, Some(WireError::from_error(&e))),
-                            Err(p) => (0, Some(WireError::from_error(&Error::from_panic(p)))),
-                        };
-                        stats.lock().unwrap_or_else(|p| p.into_inner()).insert(
-                            (*h, *s),
-                            TaskStats {
-                                name: name.clone(),
-                                subtask: *s,
-                                records,
-                                is_source: *is_source,
-                            },
-                        );
-                        send_event(&out, attempt, *h, *s, WireEvent::Done { records, error });
-                    }
-                }
-            }
-        });
+    let relay = Relay {
+        attempt,
+        out: out.clone(),
+        stats: stats.clone(),
+        sent: sent.clone(),
+        keys,
+        storage: task_storage,
+        storing: Mutex::new(()),
+    };
+    let forwarder = relay.start(launched.events);
     match forwarder {
         Ok(t) => threads.push(t),
         Err(e) => {
@@ -373,41 +316,7 @@ fn task_storage(
     Ok(Some((storage, names)))
 }
 
-type AckFiles = (
-    Vec<(String, Vec<u8>)>,
-    Option<String>,
-    Vec<(String, weir_core::checkpoint::StoredSnapshot)>,
-);
-
-/// Stores a task's snapshots of checkpoint `id` in object storage: the acknowledgement's
-/// references, or why it failed (the coordinator then fails the checkpoint).
-fn store_acknowledged(
-    storage: &weir_checkpoint::CheckpointStorage,
-    names: &crate::checkpoints::OperatorNames,
-    id: weir_core::ids::CheckpointId,
-    subtask: usize,
-    snapshot: &mut std::collections::BTreeMap<String, weir_core::checkpoint::OperatorSnapshot>,
-) -> AckFiles {
-    match crate::checkpoints::store_task_snapshots(storage, names, id, subtask, snapshot) {
-        Ok(()) => {
-            let stored = snapshot
-                .iter_mut()
-                .filter_map(|(op, snap)| snap.stored.take().map(|s| (op.clone(), s)))
-                .collect();
-            (Vec::new(), None, stored)
-        }
-        Err(e) => {
-            tracing::warn!(checkpoint = id.0, error = %e, "storing checkpoint files failed");
-            for snap in snapshot.values_mut() {
-                *snap = weir_core::checkpoint::OperatorSnapshot::default();
-            }
-            let reason = format!("storing them in {} failed: {e}", storage.dir().display());
-            (Vec::new(), Some(reason), Vec::new())
-        }
-    }
-}
-
-fn send_event(
+pub(super) fn send_event(
     out: &tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
     attempt: u64,
     head: usize,
