@@ -109,8 +109,7 @@ impl Relay {
                 let ((h, s), _, _) = &self.keys[task];
                 let (files, failed, stored) = match &self.storage {
                     Some((storage, names)) => {
-                        let storing = (storage, names, &self.storing);
-                        store_acknowledged(storing, id, *s, &mut snapshot)
+                        self.store_acknowledged((storage, names), id, *s, &mut snapshot)
                     }
                     None => {
                         let (files, failed) = ack_files(&mut snapshot, &self.sent, (*h, *s), id.0);
@@ -180,44 +179,46 @@ type AckFiles = (
     Vec<(String, weir_core::checkpoint::StoredSnapshot)>,
 );
 
-/// Stores a task's snapshots of checkpoint `id` in object storage: the acknowledgement's
-/// references, or why it failed (the coordinator then fails the checkpoint).
-///
-/// Waits for the files the task's state backends are still writing first, on the task's
-/// own lane; then stores them holding `storing`, one acknowledgement at a time: a
-/// process writes a checkpoint's files through one writer at a time.
-fn store_acknowledged(
-    (storage, names, storing): (
-        &weir_checkpoint::CheckpointStorage,
-        &crate::checkpoints::OperatorNames,
-        &Mutex<()>,
-    ),
-    id: weir_core::ids::CheckpointId,
-    subtask: usize,
-    snapshot: &mut std::collections::BTreeMap<String, weir_core::checkpoint::OperatorSnapshot>,
-) -> AckFiles {
-    let stored = resolve_files(snapshot).and_then(|()| {
-        let _one = storing.lock().unwrap_or_else(|p| p.into_inner());
-        crate::checkpoints::store_task_snapshots(storage, names, id, subtask, snapshot).map_err(
-            |e| {
-                tracing::warn!(checkpoint = id.0, error = %e, "storing checkpoint files failed");
-                format!("storing them in {} failed: {e}", storage.dir().display())
-            },
-        )
-    });
-    match stored {
-        Ok(()) => {
-            let stored = snapshot
-                .iter_mut()
-                .filter_map(|(op, snap)| snap.stored.take().map(|s| (op.clone(), s)))
-                .collect();
-            (Vec::new(), None, stored)
-        }
-        Err(reason) => {
-            for snap in snapshot.values_mut() {
-                *snap = weir_core::checkpoint::OperatorSnapshot::default();
+impl Relay {
+    /// Stores a task's snapshots of checkpoint `id` in object storage: the acknowledgement's
+    /// references, or why it failed (the coordinator then fails the checkpoint).
+    ///
+    /// Waits for the files the task's state backends are still writing first, on the task's
+    /// own lane; then stores them holding [`Relay::storing`], one acknowledgement at a time: a
+    /// process writes a checkpoint's files through one writer at a time.
+    fn store_acknowledged(
+        &self,
+        (storage, names): (
+            &weir_checkpoint::CheckpointStorage,
+            &crate::checkpoints::OperatorNames,
+        ),
+        id: weir_core::ids::CheckpointId,
+        subtask: usize,
+        snapshot: &mut std::collections::BTreeMap<String, weir_core::checkpoint::OperatorSnapshot>,
+    ) -> AckFiles {
+        let stored = resolve_files(snapshot).and_then(|()| {
+            let _one = self.storing.lock().unwrap_or_else(|p| p.into_inner());
+            crate::checkpoints::store_task_snapshots(storage, names, id, subtask, snapshot).map_err(
+                |e| {
+                    tracing::warn!(checkpoint = id.0, error = %e, "storing checkpoint files failed");
+                    format!("storing them in {} failed: {e}", storage.dir().display())
+                },
+            )
+        });
+        match stored {
+            Ok(()) => {
+                let stored = snapshot
+                    .iter_mut()
+                    .filter_map(|(op, snap)| snap.stored.take().map(|s| (op.clone(), s)))
+                    .collect();
+                (Vec::new(), None, stored)
             }
-            (Vec::new(), Some(reason), Vec::new())
+            Err(reason) => {
+                for snap in snapshot.values_mut() {
+                    *snap = weir_core::checkpoint::OperatorSnapshot::default();
+                }
+                (Vec::new(), Some(reason), Vec::new())
+            }
         }
     }
 }
