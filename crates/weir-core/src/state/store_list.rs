@@ -154,7 +154,7 @@ impl<K: Key, V: Data> StoreListTable<K, V> {
             let start = element_key(&slot.prefix, from as u64);
             let end = element_key(&slot.prefix, stored as u64);
             for (_, bytes) in store.scan(&start, &end, want)? {
-                out.push(codec::decode::<V>(&bytes)?);
+                out.push(super::cached::decode_stored::<V>(&name, &bytes)?);
             }
             if out.len() != want {
                 return Err(Error::Malformed(format!(
@@ -327,6 +327,26 @@ mod tests {
             }
             out.extend(batch);
         }
+    }
+
+    /// Elements stored with another type (a job version that changed the list's element
+    /// type restored them) fail naming the state, with an error a restart does not retry.
+    #[test]
+    fn elements_of_another_type_fail_naming_the_state() {
+        let (store, mut t) = table(1);
+        t.add(&1, 1_000).unwrap();
+        t.add(&1, 2_000).unwrap();
+        // Key 2 takes the one cache slot: key 1's elements go to the store.
+        t.add(&2, 1).unwrap();
+        assert_eq!(all(&mut t, 1), vec![1_000, 2_000]);
+        let mut texts = StoreListTable::<u32, String>::new("l", store as Rc<dyn KvStore>);
+        let e = texts.read_from(&1, 0, 10).unwrap_err();
+        assert!(e.is_deterministic(), "{e}");
+        assert!(
+            e.to_string()
+                .contains("state 'l' does not decode as the type the job declares"),
+            "{e}"
+        );
     }
 
     /// Appending to a long list reads nothing from the store but the list's length, once.

@@ -105,7 +105,7 @@ impl<K: Key, UK: Key, UV: Data> StoreMapTable<K, UK, UV> {
             let mut key = slot.prefix.clone();
             key.extend_from_slice(&enc);
             match self.store.get(&key)? {
-                Some(bytes) => Some(codec::decode::<UV>(&bytes)?),
+                Some(bytes) => Some(super::cached::decode_stored::<UV>(&self.name, &bytes)?),
                 None => None,
             }
         } else {
@@ -206,7 +206,10 @@ impl<K: Key, UK: Key, UV: Data> StoreMapTable<K, UK, UV> {
                             out.push((e.key.clone(), v.clone()));
                         }
                     }
-                    None => out.push((codec::decode(suffix)?, codec::decode(value)?)),
+                    None => out.push((
+                        super::cached::decode_stored(&self.name, suffix)?,
+                        super::cached::decode_stored(&self.name, value)?,
+                    )),
                 }
             }
             for (_, e) in from_cache {
@@ -370,6 +373,29 @@ mod tests {
         });
         let t = StoreMapTable::new("m", store.clone() as Rc<dyn KvStore>);
         (store, t)
+    }
+
+    /// Values stored with another type (a job version that changed the map's value type
+    /// restored them) fail naming the state, read one by one or iterated, with an error a
+    /// restart does not retry.
+    #[test]
+    fn values_of_another_type_fail_naming_the_state() {
+        let (store, mut t) = table(1);
+        t.put(&1, 7, 1_000).unwrap();
+        // Key 2 takes the one cache slot: key 1's entry goes to the store.
+        t.put(&2, 7, 1).unwrap();
+        assert_eq!(all(&t, 1, 10), vec![(7, 1_000)]);
+        let mut texts = StoreMapTable::<u32, u32, String>::new("m", store as Rc<dyn KvStore>);
+        let named = |e: Error| {
+            assert!(e.is_deterministic(), "{e}");
+            let e = e.to_string();
+            assert!(
+                e.contains("state 'm' does not decode as the type the job declares"),
+                "{e}"
+            );
+        };
+        named(texts.entries_after(&1, None, 10).unwrap_err());
+        named(texts.get(&1, &7).unwrap_err());
     }
 
     /// Every entry of `k`'s map, read in batches of `batch`, in iteration order.
