@@ -413,11 +413,8 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let cfg = cfg(tmp.path(), 64 << 20, 0);
         let memory = SlotMemory::of_slot(&cfg, 0, 1).unwrap();
-        let mut opts = rocksdb::Options::default();
-        let mut table = rocksdb::BlockBasedOptions::default();
-        opts.create_if_missing(true);
-        memory.configure(&mut opts, &mut table);
-        opts.set_block_based_table_factory(&table);
+        // The options every instance opens with.
+        let opts = crate::rocks_options::db_options(&memory, false);
         let db = rocksdb::DB::open(&opts, tmp.path().join("db")).unwrap();
         let mut write = rocksdb::WriteOptions::default();
         write.disable_wal(true);
