@@ -162,24 +162,7 @@ impl Relay {
             }
         }
     }
-}
 
-/// The task a report is from.
-fn task_of(ev: &TaskEvent) -> usize {
-    match ev {
-        TaskEvent::Ack { task, .. }
-        | TaskEvent::SourceFinished { task }
-        | TaskEvent::Done { task, .. } => *task,
-    }
-}
-
-type AckFiles = (
-    Vec<(String, Vec<u8>)>,
-    Option<String>,
-    Vec<(String, weir_core::checkpoint::StoredSnapshot)>,
-);
-
-impl Relay {
     /// Stores a task's snapshots of checkpoint `id` in object storage: the acknowledgement's
     /// references, or why it failed (the coordinator then fails the checkpoint).
     ///
@@ -220,5 +203,22 @@ impl Relay {
                 (Vec::new(), Some(reason), Vec::new())
             }
         }
+    }
+}
+
+/// What an acknowledgement carries: files sent to the coordinator, why they could not be
+/// produced, references to files stored in object storage.
+type AckFiles = (
+    Vec<(String, Vec<u8>)>,
+    Option<String>,
+    Vec<(String, weir_core::checkpoint::StoredSnapshot)>,
+);
+
+/// The task a report is from.
+fn task_of(ev: &TaskEvent) -> usize {
+    match ev {
+        TaskEvent::Ack { task, .. }
+        | TaskEvent::SourceFinished { task }
+        | TaskEvent::Done { task, .. } => *task,
     }
 }
