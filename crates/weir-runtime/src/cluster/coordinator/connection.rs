@@ -135,9 +135,11 @@ async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
                 out: tx.clone(),
             },
         );
+        // Queued before the lock is released: a deployment that sees the new worker
+        // queues its `Deploy` behind this, which the worker must read first.
+        let _ = tx.send(wire::encode(&Wire::Accepted { worker: id }));
         id
     };
-    let _ = tx.send(wire::encode(&Wire::Accepted { worker: id }));
     tracing::info!(
         job = %shared.name,
         worker = id,
