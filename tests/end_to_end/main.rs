@@ -36,6 +36,7 @@ mod restore_files;
 mod rocks_windows;
 mod sources_sinks;
 mod state_kinds;
+mod state_renames;
 mod tables;
 mod time_joins;
 mod timers;

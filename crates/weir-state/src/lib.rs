@@ -151,6 +151,42 @@ pub(crate) fn register_table(
     Ok(())
 }
 
+/// Adds to a snapshot's `keyed` tables the restored keyed state that no table of the
+/// operator declared (`restore` holds what registration left): a state that the new job
+/// version renamed or no longer has. It is kept in every checkpoint as it was restored,
+/// by key group (a rescale splits it like the rest), so the job version that declares it
+/// again, or the older version rolled back to, finds it. `warned` makes the warning that
+/// names such state come once per subtask. In-flight records of unaligned checkpoints
+/// ([`CHANNEL_STATE_TABLE`](weir_core::exchange::CHANNEL_STATE_TABLE)) are the runtime's,
+/// not state: never carried.
+pub(crate) fn carry_undeclared(
+    restore: &BTreeMap<String, KeyGroupBlobs>,
+    keyed: &mut BTreeMap<String, KeyGroupBlobs>,
+    warned: &std::cell::Cell<bool>,
+) {
+    let undeclared: Vec<(&String, &KeyGroupBlobs)> = restore
+        .iter()
+        .filter(|(name, blobs)| {
+            name.as_str() != weir_core::exchange::CHANNEL_STATE_TABLE && !blobs.is_empty()
+        })
+        .collect();
+    if undeclared.is_empty() {
+        return;
+    }
+    if !warned.replace(true) {
+        let names: Vec<&str> = undeclared.iter().map(|(n, _)| n.as_str()).collect();
+        tracing::warn!(
+            states = ?names,
+            "the checkpoint holds keyed state that this operator does not declare (renamed, or \
+             no longer used): it is kept in every checkpoint as it was, unused, and a job \
+             version that declares it again finds it"
+        );
+    }
+    for (name, blobs) in undeclared {
+        keyed.insert(name.clone(), blobs.clone());
+    }
+}
+
 /// The in-memory keyed state backend: one typed hash map per state.
 ///
 /// ```
@@ -167,7 +203,11 @@ pub(crate) fn register_table(
 pub struct MemoryBackend {
     tables: BTreeMap<String, Rc<dyn StateTableInfo>>,
     max_parallelism: usize,
+    /// Restored state not (yet) registered: loaded into its table when it is, carried
+    /// into snapshots as it is otherwise ([`carry_undeclared`]).
     restore: BTreeMap<String, KeyGroupBlobs>,
+    /// The warning about undeclared state was logged.
+    warned: std::cell::Cell<bool>,
 }
 
 impl Default for MemoryBackend {
@@ -184,6 +224,7 @@ impl MemoryBackend {
             tables: BTreeMap::new(),
             max_parallelism,
             restore,
+            warned: std::cell::Cell::new(false),
         }
     }
 }
@@ -198,11 +239,12 @@ impl KeyedStateBackend for MemoryBackend {
     }
 
     fn snapshot(&self, _id: weir_core::ids::CheckpointId) -> Result<BackendSnapshot> {
-        let keyed = self
+        let mut keyed = self
             .tables
             .iter()
             .map(|(n, t)| Ok((n.clone(), t.snapshot(self.max_parallelism)?)))
             .collect::<Result<_>>()?;
+        carry_undeclared(&self.restore, &mut keyed, &self.warned);
         Ok(BackendSnapshot {
             keyed,
             files: Vec::new(),
@@ -216,5 +258,41 @@ impl KeyedStateBackend for MemoryBackend {
 
     fn live_bytes(&self) -> Option<u64> {
         Some(self.tables.values().filter_map(|t| t.live_bytes()).sum())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Restored keyed state that no table declares is written into every snapshot as it
+    /// was restored; in-flight records of an unaligned checkpoint, and state with no
+    /// entries in this subtask's key groups, are not.
+    #[test]
+    fn undeclared_state_is_carried_into_every_snapshot() {
+        let restore: BTreeMap<String, KeyGroupBlobs> = [
+            (
+                "renamed".to_string(),
+                vec![(3, b"x".to_vec()), (9, b"y".to_vec())],
+            ),
+            (
+                weir_core::exchange::CHANNEL_STATE_TABLE.to_string(),
+                vec![(0, b"in-flight".to_vec())],
+            ),
+            ("elsewhere".to_string(), Vec::new()),
+        ]
+        .into_iter()
+        .collect();
+        let backend = MemoryBackend::new(128, restore);
+        for id in 1..=2 {
+            let snap = backend.snapshot(weir_core::ids::CheckpointId(id)).unwrap();
+            let tables: Vec<(&str, &KeyGroupBlobs)> =
+                snap.keyed.iter().map(|(n, b)| (n.as_str(), b)).collect();
+            assert_eq!(
+                tables,
+                vec![("renamed", &vec![(3, b"x".to_vec()), (9, b"y".to_vec())])],
+                "checkpoint {id}"
+            );
+        }
     }
 }

@@ -418,6 +418,8 @@ pub struct RocksDbBackend {
     store: Rc<RocksStore>,
     tables: BTreeMap<String, Rc<dyn StateTableInfo>>,
     restore: BTreeMap<String, KeyGroupBlobs>,
+    /// The warning about undeclared heap state was logged ([`crate::carry_undeclared`]).
+    warned: std::cell::Cell<bool>,
 }
 
 impl RocksDbBackend {
@@ -488,6 +490,7 @@ impl RocksDbBackend {
             store: Rc::new(store),
             tables: BTreeMap::new(),
             restore,
+            warned: std::cell::Cell::new(false),
         })
     }
 
@@ -548,6 +551,9 @@ impl KeyedStateBackend for RocksDbBackend {
                 keyed.insert(name.clone(), t.snapshot(self.store.max_parallelism)?);
             }
         }
+        // State in the database that no table declares stays there; restored heap state
+        // (a checkpoint of the memory backend) is carried the same way.
+        crate::carry_undeclared(&self.restore, &mut keyed, &self.warned);
         Ok(BackendSnapshot {
             keyed,
             files: Vec::new(),

@@ -597,7 +597,7 @@ pub fn state_type_changed(name: &str, e: Error) -> Error {
             "the checkpoint's state '{name}' does not decode as the type the job declares for \
              it ({why}): it was written with another type. State keeps its type across \
              restores: restore with the job version that wrote it, or give the state of the \
-             new type another name (the old state is then not restored)"
+             new type another name (the old state is then kept in checkpoints, unused)"
         )),
         other => other,
     }

@@ -130,7 +130,11 @@ impl<K: Key, N: Serialize + DeserializeOwned + Clone> StoreTimers<K, N> {
     fn decode(&self, store_key: &[u8]) -> Result<(Timestamp, K, N)> {
         let at = 2 + self.tag.len();
         let ts = time_of(&store_key[at..]);
-        let (k, n) = codec::decode::<(K, N)>(&store_key[at + 8..])?;
+        let (k, n) = codec::decode::<(K, N)>(&store_key[at + 8..]).map_err(|e| {
+            // The tag is the table's name, a 0 and the time domain.
+            let name = String::from_utf8_lossy(&self.tag[..self.tag.len() - 2]);
+            super::state_type_changed(&name, e)
+        })?;
         Ok((ts, k, n))
     }
 
@@ -368,5 +372,48 @@ impl<K: Key, N: Serialize + DeserializeOwned + Clone> StoreTimers<K, N> {
         }
         self.overlay.clear();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::test_store::Store;
+
+    /// Timers stored with one key type and read by a job version that declares another
+    /// (here text keys, then numbers) fail naming the timers' table, with an error a
+    /// restart does not retry, instead of a bare decoding error.
+    #[test]
+    fn timers_of_another_key_type_fail_naming_their_table() {
+        let store = Rc::new(Store {
+            capacity: 1,
+            ..Store::default()
+        });
+        let mut texts =
+            StoreTimers::<String, ()>::open("timers", 0, store.clone() as Rc<dyn KvStore>, true)
+                .unwrap();
+        for (t, key) in [(10, "a"), (20, "b"), (30, "c")] {
+            texts.register(t, &key.to_string(), &()).unwrap();
+        }
+        assert!(
+            !store.data.borrow().is_empty(),
+            "a capacity of one writes timers to the store"
+        );
+        drop(texts);
+        let mut numbers =
+            StoreTimers::<u64, ()>::open("timers", 0, store as Rc<dyn KvStore>, true).unwrap();
+        let e = match numbers.pop_due(Timestamp::MAX) {
+            Err(e) => e,
+            Ok(due) => panic!(
+                "timers of text keys decoded as numbers: {:?}",
+                due.is_some()
+            ),
+        };
+        assert!(e.is_deterministic(), "{e}");
+        assert!(
+            e.to_string()
+                .contains("state 'timers' does not decode as the type the job declares"),
+            "{e}"
+        );
     }
 }
