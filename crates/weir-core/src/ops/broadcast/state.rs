@@ -104,6 +104,10 @@ impl<K: Key, V: Serialize + DeserializeOwned + 'static> AnyTable for Table<K, V>
 /// The broadcast states of one operator subtask, in declaration order.
 pub(crate) struct BroadcastStates {
     tables: Vec<(Arc<str>, Box<dyn AnyTable>)>,
+    /// States the restored checkpoint held that this operator does not declare, as they
+    /// were stored: kept in every checkpoint, unused, for a job version that declares
+    /// them again (a rollback).
+    undeclared: Stored,
 }
 
 /// How broadcast state is stored in a checkpoint: (name, encoded entries) per state.
@@ -126,7 +130,10 @@ impl BroadcastStates {
             }
             tables.push((d.name.clone(), (d.make)()));
         }
-        Ok(BroadcastStates { tables })
+        Ok(BroadcastStates {
+            tables,
+            undeclared: Stored::new(),
+        })
     }
 
     fn find(&self, name: &str) -> Result<usize> {
@@ -189,6 +196,7 @@ impl BroadcastStates {
             .tables
             .iter()
             .map(|(n, t)| Ok((n.to_string(), t.encode()?)))
+            .chain(self.undeclared.iter().map(|kept| Ok(kept.clone())))
             .collect::<Result<_>>()?;
         codec::encode(&stored)
     }
@@ -199,13 +207,19 @@ impl BroadcastStates {
             .tables
             .iter()
             .map(|(n, t)| format!("{n}: {} entries", t.len()))
+            .chain(
+                self.undeclared
+                    .iter()
+                    .map(|(n, _)| format!("{n}: not declared, kept")),
+            )
             .collect();
         format!("broadcast state ({})", parts.join(", "))
     }
 
     /// Loads states written by [`BroadcastStates::snapshot`]. A state the checkpoint holds
-    /// but this operator no longer declares is dropped with a warning; a declared state
-    /// the checkpoint lacks starts empty.
+    /// but this operator no longer declares is kept as it was stored, and written into
+    /// every checkpoint again, with a warning; a declared state the checkpoint lacks starts
+    /// empty.
     ///
     /// # Errors
     /// [`Error::Config`] naming the state when its entries do not decode as the declared
@@ -218,7 +232,8 @@ impl BroadcastStates {
         })?;
         for (name, entries) in stored {
             let Some((_, table)) = self.tables.iter_mut().find(|(n, _)| **n == *name) else {
-                tracing::warn!(operator, state = %name, "the checkpoint holds broadcast state this operator no longer declares: dropped");
+                tracing::warn!(operator, state = %name, "the checkpoint holds broadcast state this operator does not declare (renamed, or no longer used): it is kept in every checkpoint as it was, unused, and a job version that declares it again finds it");
+                self.undeclared.push((name, entries));
                 continue;
             };
             table.load(&entries).map_err(|e| {

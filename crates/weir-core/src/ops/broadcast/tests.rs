@@ -343,8 +343,10 @@ fn a_copy_whose_types_changed_fails_the_restore_naming_the_state() {
     );
 }
 
+/// Renamed by a new job version, a broadcast state starts empty under its new name; the
+/// old one is kept in the new version's checkpoints, so rolling back finds its rules.
 #[test]
-fn a_state_no_longer_declared_is_dropped_and_a_new_one_starts_empty() {
+fn a_state_no_longer_declared_is_kept_and_a_new_one_starts_empty() {
     let mut s = subtask(0, 1, None, &decls(), alerts()).unwrap();
     rule(&mut s, "a", 10, 1);
     let restore = RestoreState {
@@ -357,8 +359,21 @@ fn a_state_no_longer_declared_is_dropped_and_a_new_one_starts_empty() {
     let mut s = subtask(0, 1, Some(&restore), &[renamed.declaration()], f).unwrap();
     reading(&mut s, "a", 11, 2);
     assert!(s.log.take().is_empty());
+    let renamed_snapshot = snapshot(&s);
+    assert_eq!(
+        renamed_snapshot.description.as_deref(),
+        Some("broadcast state (limits-v2: 0 entries, limits: not declared, kept)")
+    );
+    // Rolled back on the renamed version's checkpoint: the rule for "a" is there.
+    let restore = RestoreState {
+        operator: vec![renamed_snapshot.operator.unwrap()],
+        ..RestoreState::default()
+    };
+    let mut s = subtask(0, 1, Some(&restore), &decls(), alerts()).unwrap();
+    reading(&mut s, "a", 11, 3);
+    assert_eq!(s.log.take(), vec![r#"("a", 11, 10)@3"#]);
     assert_eq!(
         snapshot(&s).description.as_deref(),
-        Some("broadcast state (limits-v2: 0 entries)")
+        Some("broadcast state (limits: 1 entries, limits-v2: not declared, kept)")
     );
 }
