@@ -26,7 +26,8 @@ const INTERVAL_MS: u64 = 100;
 /// run (at parallelism 2, except one run at 1), then resumes it at parallelism 3 from the
 /// newest checkpoint and runs it to the end; checks every key's full history.
 fn kills_under_backpressure(mode: &str, seed: u64, rounds: usize) {
-    let mut s = Scenario::new(LINES, KEYS, seed);
+    // More kills need more input for each to land while the job runs.
+    let mut s = Scenario::new(LINES * soak_factor(), KEYS, seed);
     s.extra_args = [
         "--checkpoint-mode",
         mode,
