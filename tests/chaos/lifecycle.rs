@@ -394,17 +394,22 @@ fn plain_restart_after_a_stop_resumes_from_its_savepoint() {
     );
 }
 
+/// `sequences` random sequences (times the soak factor) from the generator seeded with
+/// `rng_seed`, the scenarios seeded from `first_seed` on, `file_sum` given `args`.
+fn random_lifecycles(sequences: usize, rng_seed: u64, first_seed: u64, args: &[&str]) {
+    let mut rng = Rng::new(rng_seed);
+    for i in 0..sequences * soak_factor() {
+        let seed = first_seed + i as u64;
+        let steps = random_steps(&mut rng);
+        eprintln!("lifecycle sequence {i} (seed {seed}, {args:?}): {steps:?}");
+        live_with(seed, &steps, args);
+    }
+}
+
 /// Random sequences of everything above.
 #[test]
 fn random_lifecycles_keep_every_sum_exactly_once() {
-    let n = SEQUENCES * soak_factor();
-    let mut rng = Rng::new(0x11FE);
-    for i in 0..n {
-        let seed = 200 + i as u64;
-        let steps = random_steps(&mut rng);
-        eprintln!("lifecycle sequence {i} (seed {seed}): {steps:?}");
-        live(seed, &steps);
-    }
+    random_lifecycles(SEQUENCES, 0x11FE, 200, &[]);
 }
 
 /// Random sequences with the sums in RocksDB behind a write-back cache of four entries,
@@ -413,18 +418,12 @@ fn random_lifecycles_keep_every_sum_exactly_once() {
 /// while RocksDB snapshots are being written.
 #[test]
 fn random_lifecycles_on_rocksdb_keep_every_sum_exactly_once() {
-    let n = ROCKSDB_SEQUENCES * soak_factor();
-    let mut rng = Rng::new(0x5EED_0CC5);
-    for i in 0..n {
-        let seed = 400 + i as u64;
-        let steps = random_steps(&mut rng);
-        eprintln!("RocksDB lifecycle sequence {i} (seed {seed}): {steps:?}");
-        live_with(
-            seed,
-            &steps,
-            &["--state", "rocksdb", "--state-cache-entries", "4"],
-        );
-    }
+    random_lifecycles(
+        ROCKSDB_SEQUENCES,
+        0x5EED_0CC5,
+        400,
+        &["--state", "rocksdb", "--state-cache-entries", "4"],
+    );
 }
 
 /// Stopped with a savepoint that is then moved out of the checkpoint directory: a plain
