@@ -109,30 +109,25 @@ impl Scenario {
                 .spawn()
                 .expect("start file_sum");
             std::thread::sleep(std::time::Duration::from_millis(from + rng.below(spread)));
-            match child.try_wait().expect("poll file_sum") {
-                Some(status) => {
-                    let err = stderr_of(&mut child);
-                    assert!(
-                        status.success(),
-                        "file_sum failed on its own: {status}\n{err}"
-                    );
-                }
+            let status = match child.try_wait().expect("poll file_sum") {
+                Some(status) => status,
                 None => {
                     child.kill().expect("SIGKILL file_sum");
                     let status = child.wait().expect("reap file_sum");
                     if status.signal() == Some(9) {
                         kills.push(std::time::SystemTime::now());
-                    } else {
-                        // It exited on its own between the poll and the kill (a run that
-                        // only had the end of the input left): that must be a success.
-                        let err = stderr_of(&mut child);
-                        assert!(
-                            status.success(),
-                            "file_sum failed on its own: {status}\n{err}"
-                        );
+                        continue;
                     }
+                    status
                 }
-            }
+            };
+            // It ended on its own, before the poll or between the poll and the kill (a run
+            // that only had the end of the input left): that must be a success.
+            let err = stderr_of(&mut child);
+            assert!(
+                status.success(),
+                "file_sum failed on its own: {status}\n{err}"
+            );
         }
         kills
     }
