@@ -309,7 +309,9 @@ fn clip(
 }
 
 /// Compacts the ranges a rescale deleted (see [`clip`]), on a background thread; the
-/// instance waits for it before it closes.
+/// instance waits for it before it closes. Universal compaction merges every run of a
+/// column family whatever range it is asked for (decision 0064), so each column family
+/// is compacted once, over the span of its deleted ranges.
 pub(crate) fn compact_in_background(
     db: &std::sync::Arc<rocksdb::DB>,
     ranges: Vec<DeletedRange>,
@@ -317,6 +319,21 @@ pub(crate) fn compact_in_background(
     if ranges.is_empty() {
         return None;
     }
+    let mut spans: Vec<DeletedRange> = Vec::new();
+    for (cf, from, to) in ranges {
+        match spans.iter_mut().find(|(name, _, _)| *name == cf) {
+            Some((_, f, t)) => {
+                if from < *f {
+                    *f = from;
+                }
+                if to > *t {
+                    *t = to;
+                }
+            }
+            None => spans.push((cf, from, to)),
+        }
+    }
+    let ranges = spans;
     let db = db.clone();
     std::thread::Builder::new()
         .name("weir-rocksdb-clip".into())
