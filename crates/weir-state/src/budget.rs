@@ -140,9 +140,10 @@ fn cache_shard_bits(bytes: usize) -> i32 {
 
 /// Full memtables an instance flushes together into one level-0 file.
 ///
-/// Every flush adds a level-0 file, and every few level-0 files bring a compaction into
-/// the next level, which with keys spread over the whole key space rewrites that level.
-/// Flushing memtables in pairs halves those compactions, which are most of the CPU time
+/// Every flush adds a level-0 file, and every few level-0 files bring a compaction (a
+/// merge of sorted runs since decision 0064; before it, into the next level, which with
+/// keys spread over the whole key space rewrote that level). Flushing memtables in pairs
+/// halves those compactions, which are most of the CPU time
 /// of a job whose state is far larger than its budget, and keeps each memtable (a skip
 /// list the task thread inserts into and reads) as small as before: larger memtables
 /// instead made the window operators' inserts and reads slower (decision 0062).

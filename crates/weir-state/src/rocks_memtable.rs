@@ -59,10 +59,9 @@ impl SnapshotJob {
     /// Writes the sorted changes into the memtable, which the checkpoint then flushes
     /// together with what the caches wrote back since the last snapshot: one level-0 file
     /// per checkpoint. Ingesting them as a file of their own would flush the memtable into
-    /// a second one, and every level-0 file brings the next compaction of level 0 into the
-    /// next level (a rewrite of that whole level when keys are spread over it) closer:
-    /// with state far larger than the caches, those compactions are most of what a
-    /// checkpoint every second costs.
+    /// a second one, and every level-0 file is one more sorted run that brings the next
+    /// merge closer (decision 0064): with state far larger than the caches, compactions
+    /// are most of what a checkpoint every second costs.
     pub(super) fn write_to_memtable(&self, tables: &[SortedRun<'_>]) -> Result<()> {
         let mut write = rocksdb::WriteOptions::default();
         write.disable_wal(true);

@@ -123,7 +123,7 @@ pub(crate) fn db_options(memory: &SlotMemory, partitioned: bool) -> rocksdb::Opt
 /// Sorted runs (level-0 files and the runs below them) that start a merge. More runs make
 /// each read of a key that is not there ask more bloom filters: a sliding window, whose
 /// every event reads 60 new panes, ran 7-17% slower at 12 than at 8. Fewer runs merge
-/// more often: keyed-sum at 20M keys ran 27-35% slower at 4 (decision 0064).
+/// more often: keyed-sum at 20M keys ran 27-32% slower at 4 (decision 0064).
 const SORTED_RUNS_TRIGGER: i32 = 8;
 
 /// RocksDB instances open in this process, and the threads of the process's compaction
