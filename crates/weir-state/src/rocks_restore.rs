@@ -269,9 +269,12 @@ fn key_encoding_of(instance: &RestoredInstance) -> Result<KeyEncoding> {
 
 /// Removes from `db` (the base, which owned `had`) every key group outside `keep`: files
 /// wholly outside are dropped, the rest deleted by range (range tombstones: reads skip
-/// them at once). Returns the ranges deleted, to compact away in the background, as
-/// Flink does after a rescale: compacting them here would rewrite every file that spans
-/// the subtask's key groups and the others (most of them), before the first record.
+/// them at once). Returns, per column family, the span of the ranges deleted, to compact
+/// away in the background, as Flink does after a rescale: compacting them here would
+/// rewrite every file that spans the subtask's key groups and the others (most of them),
+/// before the first record. One span, not one compaction per range: universal
+/// compaction merges every run of a column family whatever range it is asked for
+/// (decision 0064), so a second range would merge it all again.
 fn clip(
     db: &rocksdb::DB,
     dir: &Path,
@@ -302,16 +305,19 @@ fn clip(
                 .map_err(|e| err("drop files outside the key groups", dir, e))?;
             db.delete_range_cf_opt(cf, from, to, &write)
                 .map_err(|e| err("delete outside the key groups", dir, e))?;
-            compact.push((name.clone(), from.clone(), to.clone()));
         }
+        // The ranges are in key order: the first starts the span, the last ends it.
+        compact.push((
+            name.clone(),
+            ranges[0].0.clone(),
+            ranges[ranges.len() - 1].1.clone(),
+        ));
     }
     Ok(compact)
 }
 
 /// Compacts the ranges a rescale deleted (see [`clip`]), on a background thread; the
-/// instance waits for it before it closes. Universal compaction merges every run of a
-/// column family whatever range it is asked for (decision 0064), so each column family
-/// is compacted once, over the span of its deleted ranges.
+/// instance waits for it before it closes.
 pub(crate) fn compact_in_background(
     db: &std::sync::Arc<rocksdb::DB>,
     ranges: Vec<DeletedRange>,
@@ -319,21 +325,6 @@ pub(crate) fn compact_in_background(
     if ranges.is_empty() {
         return None;
     }
-    let mut spans: Vec<DeletedRange> = Vec::new();
-    for (cf, from, to) in ranges {
-        match spans.iter_mut().find(|(name, _, _)| *name == cf) {
-            Some((_, f, t)) => {
-                if from < *f {
-                    *f = from;
-                }
-                if to > *t {
-                    *t = to;
-                }
-            }
-            None => spans.push((cf, from, to)),
-        }
-    }
-    let ranges = spans;
     let db = db.clone();
     std::thread::Builder::new()
         .name("weir-rocksdb-clip".into())
