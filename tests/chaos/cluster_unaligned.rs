@@ -67,7 +67,13 @@ fn a_worker_killed_under_backpressure_with_unaligned_checkpoints_is_replaced_and
     victim.kill().expect("SIGKILL worker 2");
     victim.wait().expect("reap worker 2");
     wait_log(&coord_log, "worker 2 (", 1);
+    seen.record(&s.checkpoints);
     let (mut replacement, replacement_log) = cl.worker(2);
+    // The job keeps only its newest few checkpoints: read the one it resumes from before
+    // the resumed job's checkpoints replace it (one may have completed between the poll
+    // above and the kill).
+    wait_log(&coord_log, "resuming from checkpoint ", 1);
+    seen.record(&s.checkpoints);
     expect_success(&mut coord, &coord_log, "the coordinator");
     expect_success(&mut first, &first_log, "worker 1");
     expect_success(&mut replacement, &replacement_log, "the replacement worker");
