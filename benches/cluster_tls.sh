@@ -2,7 +2,7 @@
 # benches/cluster_tls.sh: what TLS (and the secret's handshake) costs the cluster exchange:
 # keyed-sum at parallelism 2 on two worker processes of one slot each, heap state, no
 # checkpoints, plain text against TLS (a CA and certificates made here with openssl), in
-# turn for RUNS rounds (docs/performance.md#cluster-tls).
+# turn for RUNS rounds (docs/performance.md#cluster-tls-and-the-secret).
 #
 #   bash benches/cluster_tls.sh [EVENTS] [RUNS]   # defaults: 100000000 events, 5 runs
 set -euo pipefail

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # benches/flink.sh: Apache Flink 2.3's RocksDB backend on weir-bench's jobs over state larger
-# than memory, for the side-by-side figures in docs/performance.md: keyed-sum-large (20M
+# than memory, for the side-by-side figures in docs/performance-large-state.md: keyed-sum-large (20M
 # keys, 100-byte values, incremental checkpoints every second; the default) and
 # sliding-window (1 h windows sliding by 1 min over 1M keys, window contents and timers in
 # RocksDB), and recovery (process start to first record after a SIGKILL, restoring from a
