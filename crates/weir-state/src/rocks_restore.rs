@@ -6,10 +6,10 @@
 //! directory and opened as they are. Without a change of parallelism that is all. With
 //! one, the base is clipped to the subtask's key groups (whole files outside them are
 //! dropped, the rest deleted by range, and those ranges compacted away in the background
-//! once the instance runs), and every other overlapping instance is opened read-only, its
-//! entries of those key groups written to SST files with `SstFileWriter` and ingested
-//! (their keys overlap no live key of the base). This is how Flink's RocksDB backend
-//! restores incrementally.
+//! once the instance runs and the process's other restores are done), and every other
+//! overlapping instance is opened read-only, its entries of those key groups written to
+//! SST files with `SstFileWriter`, several parts at once, and ingested (their keys overlap
+//! no live key of the base). This is how Flink's RocksDB backend restores incrementally.
 //!
 //! Every key of every column family starts with its 2-byte big-endian key group; the
 //! clipping relies on it. An instance encodes its state keys one way for its whole life
@@ -21,7 +21,8 @@
 use crate::rocks::{err, io};
 use std::collections::HashMap;
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex};
 use weir_core::checkpoint::RestoredInstance;
 use weir_core::state::KeyEncoding;
 use weir_core::{Error, Result};
@@ -181,6 +182,7 @@ pub(crate) fn restore(
         }
     }
     let started = std::time::Instant::now();
+    let _restoring = Restoring::start();
     let mut restored = place(base, dir)?;
     restored.key_encoding = key_encoding;
     let mut db = open_db(opts, dir).map_err(|e| restore_failed(base, "open", dir, e))?;
@@ -316,8 +318,42 @@ fn clip(
     Ok(compact)
 }
 
-/// Compacts the ranges a rescale deleted (see [`clip`]), on a background thread; the
-/// instance waits for it before it closes.
+/// Restores ([`restore`]) running in this process now, and the signal of their end.
+static RESTORING: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
+
+/// One restore running, from its start to its end (or its failure).
+struct Restoring(());
+
+impl Restoring {
+    fn start() -> Self {
+        *RESTORING.0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        Restoring(())
+    }
+}
+
+impl Drop for Restoring {
+    fn drop(&mut self) {
+        let mut n = RESTORING.0.lock().unwrap_or_else(|e| e.into_inner());
+        *n -= 1;
+        if *n == 0 {
+            RESTORING.1.notify_all();
+        }
+    }
+}
+
+/// Returns once no restore runs in this process. A rescale's compaction of what its clip
+/// deleted rewrites the whole instance (universal compaction merges every run, decision
+/// 0064); started while another instance of the same rescale still writes the key groups
+/// it ingests, it took the core that ingest needed (10 GB, 2 → 3 on 2 cores: the restore
+/// of the instance that ingests took 9 s, with the compactions of the other two beside
+/// it). See docs/decisions/0066-rescale-ingests-first.md.
+fn wait_for_restores() {
+    let n = RESTORING.0.lock().unwrap_or_else(|e| e.into_inner());
+    let _n = RESTORING.1.wait_while(n, |n| *n > 0);
+}
+
+/// Compacts the ranges a rescale deleted (see [`clip`]), on a background thread, once no
+/// restore runs in the process; the instance waits for it before it closes.
 pub(crate) fn compact_in_background(
     db: &std::sync::Arc<rocksdb::DB>,
     ranges: Vec<DeletedRange>,
@@ -329,6 +365,7 @@ pub(crate) fn compact_in_background(
     std::thread::Builder::new()
         .name("weir-rocksdb-clip".into())
         .spawn(move || {
+            wait_for_restores();
             let started = std::time::Instant::now();
             for (cf, from, to) in &ranges {
                 if let Some(cf) = db.cf_handle(cf) {
@@ -344,8 +381,9 @@ pub(crate) fn compact_in_background(
 }
 
 /// Ingests into `db` the entries of key groups `groups` of `other`: its files are placed in
-/// a scratch directory, opened read-only, and the entries written to one SST file per
-/// column family. Returns the number of entries.
+/// a scratch directory, opened read-only, and the entries of each column family written to
+/// SST files, one per part of `groups` ([`split`]), the parts at once, then ingested
+/// together. Returns the number of entries.
 fn ingest(
     db: &mut rocksdb::DB,
     opts: &rocksdb::Options,
@@ -375,22 +413,97 @@ fn ingest(
             let cf = src
                 .cf_handle(name)
                 .ok_or_else(|| Error::Config(format!("internal: column family {name} not open")))?;
-            let path = root.join(format!("restore-{i}-{name}.sst"));
-            let written = write_sst((&src, other), cf, &groups, &path, partitioned)?;
-            if written > 0 {
-                let mut ingest = rocksdb::IngestExternalFileOptions::default();
-                ingest.set_move_files(true);
-                let target = db.cf_handle(name).expect("created above");
-                db.ingest_external_file_cf_opts(target, &ingest, vec![&path])
-                    .map_err(|e| err("ingest", &path, e))?;
+            let parts = split(&groups, ingest_writers());
+            let paths: Vec<PathBuf> = (0..parts.len())
+                .map(|j| root.join(format!("restore-{i}-{name}-{j}.sst")))
+                .collect();
+            let written = write_parts((&src, other), cf, &parts, &paths, partitioned);
+            let ingested = written.and_then(|written| {
+                let files: Vec<&PathBuf> = paths
+                    .iter()
+                    .zip(&written)
+                    .filter(|(_, w)| **w > 0)
+                    .map(|(p, _)| p)
+                    .collect();
+                if !files.is_empty() {
+                    let mut ingest = rocksdb::IngestExternalFileOptions::default();
+                    ingest.set_move_files(true);
+                    let target = db.cf_handle(name).expect("created above");
+                    db.ingest_external_file_cf_opts(target, &ingest, files)
+                        .map_err(|e| err("ingest", root, e))?;
+                }
+                Ok(written.iter().sum::<u64>())
+            });
+            for path in &paths {
+                let _ = std::fs::remove_file(path);
             }
-            let _ = std::fs::remove_file(&path);
-            n += written;
+            n += ingested?;
         }
         Ok(n)
     })();
     let _ = std::fs::remove_dir_all(&scratch);
     result
+}
+
+/// Parts an ingest cuts its key groups into, each written to its own SST file on its own
+/// thread: one per core, up to 4. Writing one file alone was bound by one core (encoding,
+/// LZ4, copying into the page cache) while the other waited.
+fn ingest_writers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+}
+
+/// `groups` cut into at most `parts` ranges of consecutive key groups, in order, as even
+/// as whole key groups allow; none empty.
+pub(crate) fn split(groups: &Range<u32>, parts: usize) -> Vec<Range<u32>> {
+    let len = groups.end.saturating_sub(groups.start) as usize;
+    let parts = parts.clamp(1, len.max(1));
+    (0..parts)
+        .map(|j| {
+            let at = |j: usize| groups.start + (len * j / parts) as u32;
+            at(j)..at(j + 1)
+        })
+        .filter(|r| !r.is_empty())
+        .collect()
+}
+
+/// Writes each part of `parts` to its file of `paths`, on a thread each; the entries
+/// written to each (none: no file).
+fn write_parts(
+    (src, from): (&rocksdb::DB, &RestoredInstance),
+    cf: &rocksdb::ColumnFamily,
+    parts: &[Range<u32>],
+    paths: &[PathBuf],
+    partitioned: bool,
+) -> Result<Vec<u64>> {
+    if let ([part], [path]) = (parts, paths) {
+        return Ok(vec![write_sst((src, from), cf, part, path, partitioned)?]);
+    }
+    std::thread::scope(|scope| {
+        let writers: Vec<_> = parts
+            .iter()
+            .zip(paths)
+            .map(|(part, path)| {
+                std::thread::Builder::new()
+                    .name("weir-restore-ingest".into())
+                    .spawn_scoped(scope, move || {
+                        write_sst((src, from), cf, part, path, partitioned)
+                    })
+                    .map_err(|e| Error::io(path.display(), e))
+            })
+            .collect();
+        writers
+            .into_iter()
+            .map(|w| {
+                w?.join().unwrap_or_else(|_| {
+                    Err(Error::User(format!(
+                        "restoring RocksDB state of key groups {:?}: writing an SST file \
+                         of the ingested key groups panicked",
+                        from.key_groups
+                    )))
+                })
+            })
+            .collect()
+    })
 }
 
 /// Writes the entries of key groups `groups` of column family `cf` of `src` (restored from

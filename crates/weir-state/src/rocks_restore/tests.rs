@@ -436,3 +436,45 @@ fn instances_of_different_key_encodings_are_not_merged() {
         "{e}"
     );
 }
+
+#[test]
+fn an_ingest_cuts_its_key_groups_into_parts_that_cover_them_once_in_order() {
+    use crate::rocks_restore::split;
+    assert_eq!(split(&(43..64), 2), vec![43..53, 53..64]);
+    assert_eq!(split(&(0..128), 4), vec![0..32, 32..64, 64..96, 96..128]);
+    assert_eq!(split(&(5..6), 4), vec![5..6]);
+    assert_eq!(split(&(7..10), 0), vec![7..10]);
+    assert_eq!(split(&(3..3), 2), Vec::<std::ops::Range<u32>>::new());
+    for parts in 1..6 {
+        for start in 0..5 {
+            for len in 0..12 {
+                let got = split(&(start..start + len), parts);
+                let mut next = start;
+                for r in &got {
+                    assert!(!r.is_empty() && r.start == next, "{got:?}");
+                    next = r.end;
+                }
+                assert_eq!(next, start + len, "{got:?}");
+                assert!(got.len() <= parts, "{got:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_rescales_background_compaction_waits_for_the_processs_restores() {
+    let restoring = super::Restoring::start();
+    let (done, finished) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        super::wait_for_restores();
+        done.send(()).unwrap();
+    });
+    assert_eq!(
+        finished.recv_timeout(std::time::Duration::from_millis(200)),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout),
+        "returned while a restore ran"
+    );
+    drop(restoring);
+    finished.recv().unwrap();
+    waiter.join().unwrap();
+}
