@@ -154,13 +154,30 @@ pub fn owner_tag() -> String {
 /// assert_eq!(gone.exists(), !std::path::Path::new("/proc/self").exists());
 /// ```
 pub fn remove_orphans(dir: &Path, tag_of: impl Fn(&str) -> Option<&str>) {
+    for orphan in orphans(dir, tag_of) {
+        let _ = std::fs::remove_dir_all(orphan);
+    }
+}
+
+/// The entries of `dir` that [`remove_orphans`] would remove: those whose owner tag names
+/// a process of this machine and pid namespace that no longer runs.
+///
+/// ```
+/// use weir_core::scratch::{orphans, owner_tag};
+/// let dir = tempfile::tempdir().unwrap();
+/// let mine = dir.path().join(format!("scratch-{}", owner_tag()));
+/// std::fs::create_dir(&mine).unwrap();
+/// assert!(orphans(dir.path(), |name| name.strip_prefix("scratch-")).is_empty());
+/// ```
+pub fn orphans(dir: &Path, tag_of: impl Fn(&str) -> Option<&str>) -> Vec<std::path::PathBuf> {
     let me = ProcessId::current();
+    let mut found = Vec::new();
     if me.machine.is_none() {
-        return;
+        return found;
     }
     let my_hash = me.machine_hash();
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
+        return found;
     };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -184,9 +201,10 @@ pub fn remove_orphans(dir: &Path, tag_of: impl Fn(&str) -> Option<&str>) {
             start: (start != 0).then_some(start),
         };
         if me.liveness_of(&owner) == Liveness::Gone {
-            let _ = std::fs::remove_dir_all(e.path());
+            found.push(e.path());
         }
     }
+    found
 }
 
 #[cfg(test)]

@@ -83,6 +83,95 @@ pub struct RocksStore {
     _compaction_thread: CompactionThread,
 }
 
+/// The directory of `local_dir` that the instance directories of dead processes are moved
+/// into, to be deleted in the background. Its name has no owner tag, so no process judges
+/// it as an instance directory.
+pub(crate) const TRASH_DIR: &str = ".trash";
+
+/// Moves the instance directories of processes that no longer run (a `kill -9` leaves
+/// them) out of `local_dir` into its [`TRASH_DIR`], and deletes what the trash holds on a
+/// background thread. Deleting them in place, before the restore, took 0.2-0.6 s of a
+/// restart at 5 GB: 0.3-0.4 s from start to first record with the directories already
+/// gone, 0.5-1.0 s with them. A local copy that local recovery uses was moved out of them
+/// before. What a process still deleting when it ends leaves in the trash, the next
+/// process deletes.
+fn clear_orphans(local_dir: &Path) {
+    // Instance directories are `{label}-{owner tag}-{n}-{nanos}`, the label
+    // `op{node}-{subtask}`: the owner tag is the third field.
+    let orphans = weir_core::scratch::orphans(local_dir, |name| name.split('-').nth(2));
+    let trash = local_dir.join(TRASH_DIR);
+    for orphan in orphans {
+        let moved = std::fs::create_dir_all(&trash).is_ok()
+            && orphan
+                .file_name()
+                .is_some_and(|name| std::fs::rename(&orphan, trash.join(name)).is_ok());
+        if !moved {
+            // Already moved by another instance opening now, or the trash is not usable.
+            let _ = std::fs::remove_dir_all(&orphan);
+        }
+    }
+    // What the trash holds: moved just now, or left by a process that ended while
+    // deleting it.
+    if !has_entries(&trash) {
+        return;
+    }
+    let mut emptying = EMPTYING.lock().unwrap_or_else(|e| e.into_inner());
+    if !emptying.insert(trash.clone()) {
+        // Its thread checks the trash again, under the lock, before it ends.
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("weir-rocksdb-trash".into())
+        .spawn({
+            let trash = trash.clone();
+            move || empty_trash(&trash)
+        });
+    if let Err(e) = spawned {
+        emptying.remove(&trash);
+        tracing::warn!(
+            "could not start a thread to delete dead processes' RocksDB directories: {e}"
+        );
+    }
+}
+
+/// Trash directories a thread of this process is emptying.
+static EMPTYING: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+fn empty_trash(trash: &Path) {
+    loop {
+        // Another process may empty the same trash at the same time: each ignores what
+        // the other already deleted.
+        let mut stuck = None;
+        for e in std::fs::read_dir(trash).into_iter().flatten().flatten() {
+            if let Err(err) = std::fs::remove_dir_all(e.path())
+                && e.path().exists()
+            {
+                stuck = Some((e.path(), err));
+            }
+        }
+        let mut emptying = EMPTYING.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((path, err)) = stuck {
+            emptying.remove(trash);
+            tracing::warn!(
+                "could not delete {}, the RocksDB directory of a process that no longer runs: \
+                 {err}; delete it by hand",
+                path.display()
+            );
+            return;
+        }
+        if !has_entries(trash) {
+            let _ = std::fs::remove_dir(trash);
+            emptying.remove(trash);
+            return;
+        }
+    }
+}
+
+fn has_entries(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some())
+}
+
 impl RocksStore {
     fn open(
         cfg: &RocksDbConfig,
@@ -99,9 +188,7 @@ impl RocksStore {
             .unwrap_or(0);
         let owner = weir_core::scratch::owner_tag();
         let instance = format!("{label}-{owner}-{n}-{nanos:x}");
-        // Instance directories are `{label}-{owner tag}-{n}-{nanos}`, the label
-        // `op{node}-{subtask}`: the owner tag is the third field.
-        weir_core::scratch::remove_orphans(&cfg.local_dir, |name| name.split('-').nth(2));
+        clear_orphans(&cfg.local_dir);
         let root = cfg.local_dir.join(&instance);
         let dir = root.join("db");
         std::fs::create_dir_all(&root).map_err(io(&root))?;

@@ -478,3 +478,58 @@ fn a_rescales_background_compaction_waits_for_the_processs_restores() {
     finished.recv().unwrap();
     waiter.join().unwrap();
 }
+
+/// Waits (up to a minute) until `gone` holds; false if it never did.
+fn eventually(mut gone: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        if gone() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    gone()
+}
+
+#[test]
+fn a_dead_processs_directories_are_moved_aside_at_open_and_deleted_in_the_background() {
+    if !Path::new("/proc/self").exists() {
+        return; // liveness is not judged without /proc: nothing is removed
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path());
+    let local = &cfg.local_dir;
+    let tag = weir_core::scratch::owner_tag();
+    let hash = tag.rsplit('.').next().unwrap();
+    // A process killed with -9 left an instance directory with a database, and an earlier
+    // process ended while it was still emptying the trash.
+    let dead = local.join(format!("op1-0-4294967295.0.{hash}-0-1"));
+    std::fs::create_dir_all(dead.join("db")).unwrap();
+    std::fs::write(dead.join("db").join("000007.sst"), vec![1u8; 4096]).unwrap();
+    let left = local
+        .join(crate::rocks::TRASH_DIR)
+        .join("op2-1-4294967294.0.0-3-4");
+    std::fs::create_dir_all(left.join("db")).unwrap();
+    // A running process's directory (this one's, as another instance) stays.
+    let alive = local.join(format!("op3-0-{tag}-99-5"));
+    std::fs::create_dir_all(alive.join("db")).unwrap();
+
+    let (key, ctx) = open(&cfg, 0, 1, &[]).unwrap();
+    assert!(
+        !dead.exists(),
+        "the dead process's directory is still in place"
+    );
+    assert!(
+        eventually(|| !local.join(crate::rocks::TRASH_DIR).exists()),
+        "the trash was not emptied: {:?}",
+        std::fs::read_dir(local.join(crate::rocks::TRASH_DIR))
+            .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+    );
+    assert!(
+        alive.join("db").is_dir(),
+        "a running process's directory was removed"
+    );
+    drop((key, ctx));
+    std::fs::remove_dir_all(&alive).unwrap();
+    nothing_left_in(&cfg);
+}
